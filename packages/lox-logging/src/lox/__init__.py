@@ -1,0 +1,1 @@
+"""lox-logging."""
