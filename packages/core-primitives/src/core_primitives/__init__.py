@@ -1,1 +1,22 @@
-"""core-primitives."""
+"""core_primitives: the shared core of the stack.
+
+The one place that touches JAX internals (``core_primitives.compat``), a helper for identity-like
+custom primitives, a jaxpr interpreter that recurses through higher-order primitives, keyed pytree
+dataclasses, tuple-path helpers, error-message helpers and the protocols sibling packages share.
+"""
+
+from ._dataclass import field as field
+from ._dataclass import pytree_dataclass as pytree_dataclass
+from ._errors import did_you_mean as did_you_mean
+from ._errors import format_problems as format_problems
+from ._errors import got_expected as got_expected
+from ._errors import list_alternatives as list_alternatives
+from ._paths import Path as Path
+from ._paths import format_path as format_path
+from ._paths import keypath_to_path as keypath_to_path
+from ._paths import tree_paths as tree_paths
+from ._protocols import HasLogicalAxes as HasLogicalAxes
+from ._protocols import LogicalAxes as LogicalAxes
+from ._protocols import has_logical_axes as has_logical_axes
+
+__version__ = "0.1.0"
