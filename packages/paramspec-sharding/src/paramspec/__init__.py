@@ -1,1 +1,26 @@
-"""paramspec-sharding."""
+"""paramspec: parameter specs, logical-axis rules and sharded init, from one CPU to many hosts.
+
+Describe parameters as a tree of :class:`ParamSpec` (shape, logical axes, dtype, initializer),
+map logical axes to mesh axes with :class:`Rules`, and create every array directly in its sharded
+layout with :func:`init`.
+"""
+
+from ._errors import ShardingError as ShardingError
+from ._init import abstract as abstract
+from ._init import init as init
+from ._init import shardings as shardings
+from ._layers import Embedding as Embedding
+from ._layers import EmbeddingConfig as EmbeddingConfig
+from ._layers import Linear as Linear
+from ._layers import LinearConfig as LinearConfig
+from ._layers import ParamInitializer as ParamInitializer
+from ._layers import RMSNorm as RMSNorm
+from ._layers import RMSNormConfig as RMSNormConfig
+from ._mesh import make_mesh as make_mesh
+from ._rules import Rules as Rules
+from ._rules import constrain as constrain
+from ._rules import logical_to_sharding as logical_to_sharding
+from ._spec import ParamSpec as ParamSpec
+from ._spec import is_param_spec as is_param_spec
+
+__version__ = "0.1.0"

@@ -1,0 +1,240 @@
+"""Spec trees -> shardings, abstract arrays (restore targets) and arrays created in place."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+
+from core_primitives import format_path, format_problems, has_logical_axes, keypath_to_path
+
+from ._rules import as_rules, raise_if_problems, resolve
+from ._spec import ParamSpec
+
+
+def _flatten(tree: Any) -> tuple[list[str], list[Any], Any]:
+    """Paths (``net/mlp/kernel``), leaves and treedef, stopping at logical-axis carriers."""
+    pairs, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=has_logical_axes)
+    paths = [format_path(keypath_to_path(kp)) or "<root>" for kp, _ in pairs]
+    return paths, [leaf for _, leaf in pairs], treedef
+
+
+def _check_carriers(fn: str, paths: list[str], leaves: list[Any], need_spec: bool) -> None:
+    wanted = ParamSpec if need_spec else has_logical_axes
+    bad = [(p, x) for p, x in zip(paths, leaves) if not _matches(x, wanted)]
+    if not bad:
+        return
+    what = (
+        "a ParamSpec"
+        if need_spec
+        else "a ParamSpec or an object with .logical_axes, .shape, .dtype"
+    )
+    problems = [f"{p}: got {_describe(x)}, expected {what}." for p, x in bad]
+    hint = (
+        " Pass the spec tree (e.g. Model.param_specs(cfg)), not arrays that were already created."
+        if need_spec
+        else " Pass a spec tree (Model.param_specs(cfg)) or params whose leaves carry logical axes."
+    )
+    raise TypeError(format_problems(f"{fn}: some leaves cannot be sharded", problems) + "\n" + hint)
+
+
+def _matches(x: Any, wanted: Any) -> bool:
+    return isinstance(x, wanted) if isinstance(wanted, type) else wanted(x)
+
+
+def _describe(x: Any) -> str:
+    shape = getattr(x, "shape", None)
+    return f"{type(x).__name__}" + (f" of shape {tuple(shape)}" if shape is not None else f" {x!r}")
+
+
+def _leaf_shardings(
+    fn: str, paths: list[str], leaves: list[Any], mesh: Any, rules: Any
+) -> list[Any]:
+    rules = as_rules(rules)
+    problems: list[str] = []
+    out = []
+    for path, leaf in zip(paths, leaves):
+        spec, found = resolve(path, leaf.logical_axes, tuple(leaf.shape), mesh, rules)
+        problems += found
+        # A spec with problems may be invalid for NamedSharding (a mesh axis used twice).
+        out.append(None if found else NamedSharding(mesh, spec))
+    raise_if_problems(fn, mesh, problems)
+    return out
+
+
+def _per_carrier(carrier: Any, value: Any) -> Any:
+    """``value`` in place of ``carrier``, keeping the carrier's own pytree structure.
+
+    A ``ParamSpec`` is a leaf, so it becomes ``value``; a carrier that is a pytree node (a blox
+    ``Param`` holding its array) keeps its node with ``value`` at each of its leaves, so the result
+    has exactly the structure of the real params, as orbax and ``jit(out_shardings=...)`` need.
+    """
+    return jax.tree.map(lambda _: value, carrier)
+
+
+def shardings(specs: Any, mesh: Any, rules: Any) -> Any:
+    """The ``NamedSharding`` of every parameter, as a tree shaped like ``specs``.
+
+    Every leaf must carry logical axes: a :class:`paramspec.ParamSpec`, or any object with
+    ``.logical_axes``, ``.shape`` and ``.dtype`` (``core_primitives.HasLogicalAxes``, e.g. a blox
+    ``Param``). All problems of the whole tree are reported at once, each with its path.
+
+    Args:
+        specs: a spec tree, e.g. ``Model.param_specs(cfg)``.
+        mesh: the mesh.
+        rules: a :class:`paramspec.Rules` (or a plain mapping).
+
+    Returns:
+        A tree with a ``NamedSharding`` in place of each spec.
+
+    Raises:
+        TypeError: some leaves carry no logical axes (each path listed).
+        ShardingError: unknown logical axes, missing mesh axes, a mesh axis used twice in one spec,
+            or a dimension not divisible by its shard count (each path listed).
+
+    Example:
+        >>> import paramspec as ps
+        >>> mesh = ps.make_mesh((2, 4), ("data", "model"))
+        >>> specs = {"w": ps.ParamSpec((16, 8), ("embed", "mlp"))}
+        >>> tuple(ps.shardings(specs, mesh, ps.Rules({"embed": None, "mlp": "model"}))["w"].spec)
+        (None, 'model')
+    """
+    paths, leaves, treedef = _flatten(specs)
+    _check_carriers("shardings()", paths, leaves, need_spec=False)
+    out = _leaf_shardings("shardings()", paths, leaves, mesh, rules)
+    return treedef.unflatten([_per_carrier(c, s) for c, s in zip(leaves, out)])
+
+
+def abstract(specs: Any, mesh: Any, rules: Any) -> Any:
+    """``jax.ShapeDtypeStruct``s with shardings, shaped like ``specs``: targets for orbax restore.
+
+    Restoring a checkpoint onto these places every array straight into this mesh's layout, even
+    when the checkpoint was written from a different mesh.
+
+    Args:
+        specs: a spec tree (or params whose leaves carry logical axes).
+        mesh: the mesh to restore onto.
+        rules: a :class:`paramspec.Rules` (or a plain mapping).
+
+    Returns:
+        A tree with ``ShapeDtypeStruct(shape, dtype, sharding=...)`` in place of each spec.
+
+    Raises:
+        TypeError: some leaves carry no logical axes.
+        ShardingError: the specs do not fit the rules and mesh (every problem listed).
+
+    Example:
+        >>> import paramspec as ps
+        >>> mesh = ps.make_mesh((8,), ("model",))
+        >>> spec = ps.ParamSpec((16, 8), ("embed", "mlp"))
+        >>> out = ps.abstract({"w": spec}, mesh, {"embed": "model", "mlp": None})["w"]
+        >>> out.shape, out.dtype, tuple(out.sharding.spec)
+        ((16, 8), dtype('float32'), ('model', None))
+    """
+    paths, leaves, treedef = _flatten(specs)
+    _check_carriers("abstract()", paths, leaves, need_spec=False)
+    out = _leaf_shardings("abstract()", paths, leaves, mesh, rules)
+    structs = [
+        _per_carrier(c, jax.ShapeDtypeStruct(tuple(c.shape), c.dtype, sharding=s))
+        for c, s in zip(leaves, out)
+    ]
+    return treedef.unflatten(structs)
+
+
+def init(specs: Any, key: Any, mesh: Any, rules: Any) -> Any:
+    """Create every parameter in one jitted computation, directly in its sharded layout.
+
+    Each device computes only its own shards (``out_shardings``), so no full copy of the
+    parameters ever exists on the host or on one device. Each leaf draws from its own key,
+    ``fold_in(key, hash(path))``: adding, removing or reordering other parameters does not change
+    its values, and neither does the mesh.
+
+    Args:
+        specs: a tree of :class:`paramspec.ParamSpec` (e.g. ``Model.param_specs(cfg)``).
+        key: a ``jax.random.key`` (raw ``PRNGKey`` data and Python ints are accepted too).
+        mesh: the mesh.
+        rules: a :class:`paramspec.Rules` (or a plain mapping).
+
+    Returns:
+        The same tree with arrays in place of specs.
+
+    Raises:
+        TypeError: a leaf is not a ``ParamSpec`` (each path listed).
+        ShardingError: the specs do not fit the rules and mesh (every problem listed).
+        ValueError: an initializer returned the wrong shape or dtype (path named).
+
+    Example:
+        >>> import jax, paramspec as ps
+        >>> mesh = ps.make_mesh((8,), ("model",))
+        >>> specs = {"w": ps.ParamSpec((16, 8), ("embed", "mlp"))}
+        >>> rules = ps.Rules({"embed": "model", "mlp": None})
+        >>> params = ps.init(specs, jax.random.key(0), mesh, rules)
+        >>> w = params["w"]
+        >>> w.shape, tuple(w.sharding.spec), w.addressable_shards[0].data.shape
+        ((16, 8), ('model', None), (2, 8))
+    """
+    paths, leaves, treedef = _flatten(specs)
+    _check_carriers("init()", paths, leaves, need_spec=True)
+    out = _leaf_shardings("init()", paths, leaves, mesh, rules)
+    program = _init_program(tuple(paths), tuple(leaves), tuple(out))
+    return treedef.unflatten(program(_as_key(key)))
+
+
+def _as_key(key: Any) -> Any:
+    if isinstance(key, int | np.integer):
+        return jax.random.key(int(key))
+    return key
+
+
+def path_seed(path: str) -> tuple[int, int]:
+    """Two 31-bit ints from a stable hash of the path (Python's ``hash`` is salted per process)."""
+    digest = hashlib.sha256(path.encode()).digest()
+    return tuple(int.from_bytes(digest[i : i + 4], "little") & 0x7FFFFFFF for i in (0, 4))  # type: ignore[return-value]
+
+
+def leaf_key(key: Any, path: str) -> Any:
+    """The key ``init`` gives the parameter at ``path``."""
+    hi, lo = path_seed(path)
+    return jax.random.fold_in(jax.random.fold_in(key, hi), lo)
+
+
+def _init_program(
+    paths: tuple[str, ...], specs: tuple[ParamSpec, ...], out: tuple[Any, ...]
+) -> Any:
+    # Cached so that calling init twice with equal specs reuses one compiled program; specs with an
+    # unhashable initializer still work, only uncached.
+    try:
+        return _cached_program(paths, specs, out)
+    except TypeError:
+        return _build_program(paths, specs, out)
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_program(
+    paths: tuple[str, ...], specs: tuple[ParamSpec, ...], out: tuple[Any, ...]
+) -> Any:
+    return _build_program(paths, specs, out)
+
+
+def _build_program(paths: Sequence[str], specs: Sequence[ParamSpec], out: Sequence[Any]) -> Any:
+    def create(key: Any) -> list[jax.Array]:
+        return [_create_leaf(p, s, leaf_key(key, p)) for p, s in zip(paths, specs)]
+
+    return jax.jit(create, out_shardings=list(out))
+
+
+def _create_leaf(path: str, spec: ParamSpec, key: Any) -> jax.Array:
+    assert spec.initializer is not None  # ParamSpec fills in a default.
+    value = spec.initializer(key, spec.shape, spec.dtype)
+    if tuple(value.shape) != spec.shape or value.dtype != spec.dtype:
+        raise ValueError(
+            f"init(): the initializer of {path} returned shape {tuple(value.shape)} and dtype "
+            f"{value.dtype}, expected {spec.shape} and {spec.dtype}. An initializer must honour "
+            "its arguments: init(key, shape, dtype), e.g. jnp.ones(shape, dtype)."
+        )
+    return value

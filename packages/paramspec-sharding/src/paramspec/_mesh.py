@@ -1,0 +1,103 @@
+"""``make_mesh``: one device mesh that behaves the same on every supported JAX version."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+from jax.sharding import AxisType, Mesh
+
+
+def make_mesh(
+    shape: Sequence[int],
+    axis_names: Sequence[str],
+    axis_types: AxisType | Sequence[AxisType] | None = None,
+    *,
+    devices: Sequence[Any] | None = None,
+) -> Mesh:
+    """A device mesh with named axes; every axis is ``AxisType.Auto`` unless told otherwise.
+
+    ``jax.make_mesh`` switched its default to ``Explicit`` axes in JAX 0.9, under which
+    ``shard_map`` rejects unsharded inputs and sharding propagation changes. Passing the axis types
+    every time keeps one behaviour from JAX 0.7.2 to the newest release.
+
+    Args:
+        shape: the size of each mesh axis; one entry may be ``-1``, meaning "all remaining devices".
+        axis_names: one unique name per axis, e.g. ``("data", "model")``.
+        axis_types: one ``jax.sharding.AxisType`` for all axes or one per axis; default ``Auto``.
+        devices: the devices to lay out (default: every device of every process).
+
+    Returns:
+        A ``jax.sharding.Mesh``.
+
+    Raises:
+        ValueError: the sizes do not multiply to the device count, names repeat, or the lengths
+            differ.
+        TypeError: a size is not an int or a name is not a string.
+
+    Example:
+        >>> import paramspec as ps
+        >>> mesh = ps.make_mesh((2, -1), ("data", "model"))
+        >>> dict(mesh.shape), mesh.axis_types
+        ({'data': 2, 'model': 4}, (Auto, Auto))
+    """
+    names = _check_names(axis_names)
+    n_devices = len(devices) if devices is not None else jax.device_count()
+    sizes = _resolve_sizes(shape, names, n_devices)
+    types = _axis_types(axis_types, names)
+    return jax.make_mesh(sizes, names, axis_types=types, devices=devices)
+
+
+def _check_names(axis_names: Sequence[str]) -> tuple[str, ...]:
+    names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError(f"make_mesh: axis_names must be strings, got {names!r}.")
+    if len(set(names)) != len(names):
+        raise ValueError(f"make_mesh: axis_names {names} repeat a name; give each axis its own.")
+    return names
+
+
+def _resolve_sizes(shape: Sequence[int], names: tuple[str, ...], n_devices: int) -> tuple[int, ...]:
+    sizes = (shape,) if isinstance(shape, int) else tuple(shape)
+    if not all(isinstance(s, int) for s in sizes):
+        raise TypeError(f"make_mesh: shape must be ints, got {sizes!r}.")
+    if len(sizes) != len(names):
+        raise ValueError(
+            f"make_mesh: shape {sizes} has {len(sizes)} axes but axis_names {names} has "
+            f"{len(names)}; give one name per axis."
+        )
+    if sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes):
+        raise ValueError(
+            f"make_mesh: shape {sizes} must hold positive sizes and at most one -1 (inferred)."
+        )
+    if -1 in sizes:
+        known = math.prod(s for s in sizes if s != -1)
+        if n_devices % known:
+            raise ValueError(
+                f"make_mesh: cannot infer the -1 in shape {sizes}: {n_devices} devices are not "
+                f"divisible by {known}."
+            )
+        sizes = tuple(n_devices // known if s == -1 else s for s in sizes)
+    if math.prod(sizes) != n_devices:
+        raise ValueError(
+            f"make_mesh: shape {sizes} holds {math.prod(sizes)} devices, expected {n_devices} (the "
+            "devices available). Use sizes that multiply to that count, put -1 on one axis to "
+            "infer it, or pass devices=jax.devices()[:n] for a smaller mesh."
+        )
+    return sizes
+
+
+def _axis_types(axis_types: Any, names: tuple[str, ...]) -> tuple[AxisType, ...]:
+    if axis_types is None:
+        return (AxisType.Auto,) * len(names)
+    if isinstance(axis_types, AxisType):
+        return (axis_types,) * len(names)
+    types = tuple(axis_types)
+    if len(types) != len(names) or not all(isinstance(t, AxisType) for t in types):
+        raise ValueError(
+            f"make_mesh: axis_types {types!r} must be one jax.sharding.AxisType, or one per axis "
+            f"of {names}."
+        )
+    return types

@@ -1,0 +1,148 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec
+
+from paramspec import ParamSpec, Rules, ShardingError, abstract, init, make_mesh, shardings
+
+RULES = Rules({"embed": "model", "mlp": "data", "vocab": None, "heads": ("data", "model")})
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return make_mesh((2, 4), ("data", "model"))
+
+
+def specs():
+    return {
+        "emb": ParamSpec((64, 16), ("vocab", "embed")),
+        "mlp": {"w": ParamSpec((16, 32), ("embed", "mlp")), "b": ParamSpec((32,), ("mlp",))},
+        "heads": ParamSpec((8, 3), ("heads", None), dtype=jnp.bfloat16),
+    }
+
+
+def test_shardings_tree(mesh):
+    out = shardings(specs(), mesh, RULES)
+    assert out["emb"] == NamedSharding(mesh, PartitionSpec(None, "model"))
+    assert out["mlp"]["w"].spec == PartitionSpec("model", "data")
+    assert out["heads"].spec == PartitionSpec(("data", "model"), None)
+
+
+def test_init_places_each_array_with_expected_shards(mesh):
+    params = init(specs(), jax.random.key(0), mesh, RULES)
+    expected = {"emb": (64, 4), "w": (4, 16), "b": (16,), "heads": (1, 3)}
+    got = {
+        "emb": params["emb"],
+        "w": params["mlp"]["w"],
+        "b": params["mlp"]["b"],
+        "heads": params["heads"],
+    }
+    for name, array in got.items():
+        assert {s.data.shape for s in array.addressable_shards} == {expected[name]}, name
+    assert params["mlp"]["w"].sharding == NamedSharding(mesh, PartitionSpec("model", "data"))
+    assert params["heads"].dtype == jnp.bfloat16
+
+
+def test_init_is_deterministic_and_independent_of_other_leaves(mesh):
+    a = init(specs(), jax.random.key(0), mesh, RULES)
+    more = dict(specs(), extra=ParamSpec((16, 16), ("embed", None)))
+    b = init(more, jax.random.key(0), mesh, RULES)
+    np.testing.assert_array_equal(a["mlp"]["w"], b["mlp"]["w"])
+    np.testing.assert_array_equal(a["emb"], b["emb"])
+    c = init(specs(), jax.random.key(1), mesh, RULES)
+    assert not np.array_equal(a["emb"], c["emb"])
+
+
+def test_init_values_do_not_depend_on_the_mesh(mesh):
+    sharded = init(specs(), jax.random.key(0), mesh, RULES)
+    single = init(
+        specs(),
+        jax.random.key(0),
+        make_mesh((1,), ("x",), devices=jax.devices()[:1]),
+        dict.fromkeys(RULES),
+    )
+    for a, b in zip(jax.tree.leaves(sharded), jax.tree.leaves(single)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_key_forms_agree(mesh):
+    a = init(specs(), jax.random.key(3), mesh, RULES)
+    b = init(specs(), 3, mesh, RULES)
+    np.testing.assert_array_equal(a["emb"], b["emb"])
+
+
+def test_init_compiles_once_for_equal_specs(mesh):
+    init(specs(), 0, mesh, RULES)
+    from paramspec import _init
+
+    hits = _init._cached_program.cache_info().hits
+    init(specs(), 1, mesh, RULES)
+    assert _init._cached_program.cache_info().hits == hits + 1
+
+
+def test_abstract_gives_restore_targets(mesh):
+    out = abstract(specs(), mesh, RULES)
+    w = out["mlp"]["w"]
+    assert isinstance(w, jax.ShapeDtypeStruct)
+    assert (w.shape, w.dtype) == ((16, 32), jnp.float32)
+    assert w.sharding == NamedSharding(mesh, PartitionSpec("model", "data"))
+
+
+def test_unhashable_initializer_still_works(mesh):
+    class Init:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __call__(self, key, shape, dtype):
+            return jnp.full(shape, 7, dtype)
+
+    params = init({"w": ParamSpec((8,), ("embed",), initializer=Init())}, 0, mesh, RULES)
+    assert params["w"].tolist() == [7.0] * 8
+
+
+def test_validation_names_every_offending_path(mesh):
+    bad = {
+        "net": {
+            "emb": ParamSpec((50, 16), ("vocab", "embd")),
+            "mlp": ParamSpec((16, 15), ("embed", "mlp")),
+            "both": ParamSpec((16, 16), ("embed", "embed")),
+        },
+        "ok": ParamSpec((16,), ("embed",)),
+    }
+    for fn in (lambda: shardings(bad, mesh, RULES), lambda: init(bad, 0, mesh, RULES)):
+        with pytest.raises(ShardingError) as info:
+            fn()
+        text = str(info.value)
+        assert "(3 problems)" in text
+        assert "net/emb: logical axis 'embd' (dim 1) has no rule." in text
+        assert "net/mlp: dim 1 (logical axis 'mlp') has size 15, not divisible by 2" in text
+        assert "Pad the dimension to a multiple of 2" in text
+        assert "net/both: mesh axis 'model' is used twice, by logical axes 'embed' (dim 0)" in text
+        assert "'data': 2, 'model': 4" in text
+        assert "  - ok" not in text
+
+
+def test_init_rejects_arrays_with_paths(mesh):
+    tree = {"a": ParamSpec((8,), ("embed",)), "b": jnp.ones(3), "c": 1.0}
+    with pytest.raises(TypeError) as info:
+        init(tree, 0, mesh, RULES)
+    text = str(info.value)
+    assert "b: got ArrayImpl of shape (3,), expected a ParamSpec." in text
+    assert "c: got float 1.0, expected a ParamSpec." in text
+    assert "not arrays that were already created" in text
+
+
+def test_shardings_rejects_leaves_without_logical_axes(mesh):
+    with pytest.raises(
+        TypeError, match=r"x/0: got ArrayImpl of shape \(2,\), expected a ParamSpec or an object"
+    ):
+        shardings({"x": [jnp.ones(2)]}, mesh, RULES)
+
+
+def test_bad_initializer_output_names_path(mesh):
+    spec = ParamSpec((4, 4), ("embed", None), initializer=lambda k, s, d: jnp.ones(s[:1]))
+    with pytest.raises(
+        ValueError,
+        match=r"initializer of net/w returned shape \(4,\) and dtype float32, expected \(4, 4\)",
+    ):
+        init({"net": {"w": spec}}, 0, mesh, RULES)

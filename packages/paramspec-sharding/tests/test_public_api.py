@@ -1,0 +1,39 @@
+"""The exported names are the public API: changing them is a breaking change."""
+
+import paramspec
+
+EXPECTED = {
+    "Embedding",
+    "EmbeddingConfig",
+    "Linear",
+    "LinearConfig",
+    "ParamInitializer",
+    "ParamSpec",
+    "RMSNorm",
+    "RMSNormConfig",
+    "Rules",
+    "ShardingError",
+    "abstract",
+    "constrain",
+    "init",
+    "is_param_spec",
+    "logical_to_sharding",
+    "make_mesh",
+    "shardings",
+}
+
+
+def test_exported_names_are_pinned():
+    public = {n for n in dir(paramspec) if not n.startswith("_")}
+    assert public == EXPECTED
+
+
+def test_each_name_has_one_home():
+    # Re-exports only: every public object is defined in a private module of this package.
+    for name in EXPECTED:
+        module = getattr(getattr(paramspec, name), "__module__", "")
+        assert module.startswith("paramspec._"), (name, module)
+
+
+def test_sharding_error_is_a_value_error():
+    assert issubclass(paramspec.ShardingError, ValueError)
