@@ -5,16 +5,22 @@ custom primitives, a jaxpr interpreter that recurses through higher-order primit
 dataclasses, tuple-path helpers, error-message helpers and the protocols sibling packages share.
 """
 
+from . import compat as compat
 from ._dataclass import field as field
 from ._dataclass import pytree_dataclass as pytree_dataclass
 from ._errors import did_you_mean as did_you_mean
 from ._errors import format_problems as format_problems
 from ._errors import got_expected as got_expected
 from ._errors import list_alternatives as list_alternatives
+from ._interpreter import Context as Context
+from ._interpreter import EmittedStructureError as EmittedStructureError
+from ._interpreter import Interpreter as Interpreter
+from ._interpreter import bind_eqn as bind_eqn
 from ._paths import Path as Path
 from ._paths import format_path as format_path
 from ._paths import keypath_to_path as keypath_to_path
 from ._paths import tree_paths as tree_paths
+from ._primitive import identity_primitive as identity_primitive
 from ._protocols import HasLogicalAxes as HasLogicalAxes
 from ._protocols import LogicalAxes as LogicalAxes
 from ._protocols import has_logical_axes as has_logical_axes

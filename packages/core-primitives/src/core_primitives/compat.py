@@ -1,0 +1,286 @@
+"""Every use of JAX internals in the repository, in one place.
+
+Nothing else in the repo imports ``jax._src`` or looks at ``jax.__version__``. Each shim says which
+JAX versions it serves and when it can go. Where JAX offers a public name we use it; the shims
+here cover what has no public spelling (registering rules for a primitive, the parameters of
+higher-order primitives, which changed shape across releases).
+
+Supported range: JAX 0.7.2 (the floor: orbax-checkpoint >= 0.12 breaks below it) to 0.12.x.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax.extend.core as jex_core
+from jax.extend.core import primitives as _prims
+
+# --- jaxpr types --------------------------------------------------------------------------------
+# Public in jax.extend.core on every supported version. At 0.11 ClosedJaxpr became an alias of
+# Jaxpr (a Jaxpr carries its own consts); the helpers below hide the difference.
+Jaxpr = jex_core.Jaxpr
+ClosedJaxpr = jex_core.ClosedJaxpr
+JaxprEqn = jex_core.JaxprEqn
+Literal = jex_core.Literal
+Var = jex_core.Var
+Primitive = jex_core.Primitive
+
+# --- higher-order primitives --------------------------------------------------------------------
+jit_p = _prims.jit_p
+scan_p = _prims.scan_p
+cond_p = _prims.cond_p
+while_p = _prims.while_p
+closed_call_p = _prims.closed_call_p
+custom_jvp_call_p = _prims.custom_jvp_call_p
+custom_vjp_call_p = _prims.custom_vjp_call_p
+
+# remat_p is public in jax.extend from 0.8; 0.7.x only has the private spelling. Drop the fallback
+# when the floor reaches 0.8.
+try:
+    remat_p = _prims.remat_p
+except AttributeError:  # pragma: no cover - JAX 0.7.x
+    pass
+
+# shard_map_p has no public spelling on any supported version (0.7.2 .. 0.12).
+
+# call_p: old-style call primitive still bound by a few libraries.
+call_p = _prims.call_p
+
+# Internal modules used below. 0.7.2 .. 0.12: stable module paths.
+from jax._src import core as _core  # noqa: E402
+from jax._src import source_info_util as _source_info  # noqa: E402
+from jax._src.interpreters import ad as _ad  # noqa: E402
+from jax._src.interpreters import batching as _batching  # noqa: E402
+from jax._src.interpreters import mlir as _mlir  # noqa: E402
+from jax._src.interpreters import partial_eval as _pe  # noqa: E402
+from jax._src.sharding_impls import UNSPECIFIED as _UNSPECIFIED  # noqa: E402
+
+
+def jaxpr_and_consts(closed: Any) -> tuple[Any, list[Any]]:
+    """Split a closed jaxpr into ``(jaxpr, consts)``.
+
+    Serves 0.7.2 .. 0.12: before 0.11 ``ClosedJaxpr`` wraps a ``Jaxpr``; from 0.11 they are one
+    class and ``closed.jaxpr`` is the object itself. Both spell ``.jaxpr`` and ``.consts``.
+    """
+    return closed.jaxpr, list(closed.consts)
+
+
+def is_drop_var(v: Any) -> bool:
+    """Whether an equation output is discarded (``_`` in a printed jaxpr). 0.7.2 .. 0.12."""
+    return isinstance(v, _core.DropVar)
+
+
+def is_literal(v: Any) -> bool:
+    return isinstance(v, Literal)
+
+
+def bind(prim: Any, args: Sequence[Any], params: dict[str, Any]) -> Any:
+    """Bind ``prim`` with jaxpr-level ``params`` (as stored in an equation). 0.7.2 .. 0.12."""
+    leading, bound = _bind_params(prim, params)
+    return prim.bind(*leading, *args, **bound)
+
+
+def _bind_params(prim: Any, params: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """``(leading_args, params)`` to bind ``prim`` as tracing originally did.
+
+    0.7.2 .. 0.9: ``get_bind_params`` returns ``(subfuns, params)`` and subfuns lead the operands.
+    0.10+: it returns only params (subfuns travel inside them). Drop the tuple branch at 0.10.
+    """
+    bound = prim.get_bind_params(params)
+    if isinstance(bound, tuple):
+        subfuns, params = bound
+        return list(subfuns), params
+    return [], bound
+
+
+def eqn_context(eqn: Any) -> Any:
+    """Context manager that attributes ops traced now to the user code that made ``eqn``.
+
+    Keeps source locations and ``jax.named_scope`` names in rewritten jaxprs and HLO.
+    0.7.2 .. 0.12.
+    """
+    stack = contextlib.ExitStack()
+    name_stack = _source_info.current_name_stack() + eqn.source_info.name_stack
+    stack.enter_context(_source_info.user_context(eqn.source_info.traceback, name_stack=name_stack))
+    # Equation context (compute_on, xla_metadata, ...): present on every supported version.
+    stack.enter_context(eqn.ctx.manager)
+    return stack
+
+
+def const_args_jaxpr(closed: Any) -> tuple[Any, list[Any]]:
+    """Turn a closed jaxpr's consts into leading arguments: ``(closed_without_consts, consts)``.
+
+    Needed where a jaxpr traced inside another trace closes over that trace's tracers: such consts
+    cannot stay inside a jaxpr that becomes a ``jit`` parameter. 0.7.2 .. 0.12.
+    """
+    jaxpr, consts = jaxpr_and_consts(closed)
+    if not consts:
+        return closed, []
+    return _pe.close_jaxpr(_pe.convert_constvars_jaxpr(jaxpr)), consts
+
+
+def extend_jit_params(params: dict[str, Any], n_new_in: int, n_new_out: int) -> dict[str, Any]:
+    """Params for ``jit_p`` after ``n_new_in`` leading inputs and ``n_new_out`` trailing outputs
+    were added to its jaxpr; every existing input/output keeps its sharding, layout and donation.
+
+    The per-argument tuples are the same on 0.7.2 .. 0.12.
+    """
+    p = dict(params)
+    lead_in = (_UNSPECIFIED,) * n_new_in
+    p["in_shardings"] = lead_in + tuple(p["in_shardings"])
+    p["in_layouts"] = (None,) * n_new_in + tuple(p["in_layouts"])
+    p["donated_invars"] = (False,) * n_new_in + tuple(p["donated_invars"])
+    p["out_shardings"] = tuple(p["out_shardings"]) + (_UNSPECIFIED,) * n_new_out
+    p["out_layouts"] = tuple(p["out_layouts"]) + (None,) * n_new_out
+    return p
+
+
+def scan_layout(params: dict[str, Any]) -> tuple[int, int]:
+    """``(num_consts, num_carry)`` of a scan equation.
+
+    0.7.2 .. 0.10: explicit ``num_consts``/``num_carry`` params. 0.11+: a flat-tree ``ft_in`` of
+    (consts, carry, xs). Drop the first branch when the floor passes 0.10.
+    """
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+    consts, carry, _ = params["ft_in"].unpack()
+    return len(list(consts)), len(list(carry))
+
+
+def scan_unroll(params: dict[str, Any]) -> int | bool:
+    return params.get("unroll", 1)
+
+
+def shard_map_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for ``jax.shard_map`` that reproduce a ``shard_map`` equation.
+
+    0.7.2 .. 0.9: ``manual_axes``; 0.10+: ``newly_manual_axes``. Both name the axes this
+    shard_map makes manual, which ``jax.shard_map`` takes as ``axis_names``.
+    """
+    axes = params.get("newly_manual_axes", params.get("manual_axes"))
+    return {
+        "mesh": params["mesh"],
+        "in_specs": tuple(params["in_specs"]),
+        "out_specs": tuple(params["out_specs"]),
+        "axis_names": frozenset(axes),
+        "check_vma": params.get("check_vma", params.get("check_rep", True)),
+    }
+
+
+def shard_map_manual_axes(params: dict[str, Any]) -> tuple[str, ...]:
+    """The mesh axes a shard_map equation maps over, in mesh order. 0.7.2 .. 0.12."""
+    axes = params.get("newly_manual_axes", params.get("manual_axes"))
+    return tuple(a for a in params["mesh"].axis_names if a in axes)
+
+
+# --- registering rules for a primitive ----------------------------------------------------------
+# The registries below live in jax._src on every supported version; jax.interpreters.* aliases of
+# some of them are deprecated. 0.7.2 .. 0.12.
+
+
+def register_lowering(prim: Any, impl: Callable[..., Any], *, multiple_results: bool) -> None:
+    _mlir.register_lowering(prim, _mlir.lower_fun(impl, multiple_results=multiple_results))
+
+
+def register_batching(prim: Any, rule: Callable[..., Any]) -> None:
+    """``rule(args, dims, **params) -> (outs, out_dims)``; ``dims`` entries are int or None."""
+
+    def wrapped(args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
+        dims = [None if d is _batching.not_mapped else d for d in dims]
+        return rule(args, dims, **params)
+
+    _batching.primitive_batchers[prim] = wrapped
+
+
+def register_jvp(prim: Any, rule: Callable[..., Any]) -> None:
+    """``rule(primals, tangents, **params) -> (primal_out, tangent_out)``; zeros instantiated."""
+
+    def wrapped(primals: Sequence[Any], tangents: Sequence[Any], **params: Any) -> Any:
+        tangents = [instantiate_zero(t, p) for p, t in zip(primals, tangents)]
+        return rule(primals, tangents, **params)
+
+    _ad.primitive_jvps[prim] = wrapped
+
+
+def register_transpose(prim: Any, rule: Callable[..., Any]) -> None:
+    """``rule(cts, *args, **params) -> cts_in``; symbolic-zero cotangents are instantiated."""
+
+    def wrapped(cts: Any, *args: Any, **params: Any) -> Any:
+        cts = [
+            instantiate_zero(ct, None, aval=getattr(a, "aval", None)) for ct, a in zip(cts, args)
+        ]
+        return rule(cts, *args, **params)
+
+    _ad.primitive_transposes[prim] = wrapped
+
+
+def instantiate_zero(t: Any, primal: Any, aval: Any = None) -> Any:
+    """Materialise a symbolic ``ad.Zero`` tangent/cotangent as an array. 0.7.2 .. 0.12."""
+    if type(t) is _ad.Zero:
+        return _ad.instantiate_zeros(t)
+    return t
+
+
+def is_undefined_primal(x: Any) -> bool:
+    """Whether a transpose-rule argument is the linear input being transposed. 0.7.2 .. 0.12."""
+    return _ad.is_undefined_primal(x)
+
+
+def register_keep_alive(prim: Any) -> None:
+    """Never let dead-code elimination drop an equation of ``prim`` even if its outputs are unused.
+
+    Used for identity primitives that mark a site (a log call) without an effect: an effect would
+    take every jitted call off JAX's C++ fast dispatch path. 0.7.2 .. 0.12.
+    """
+
+    def rule(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
+        return [True] * len(eqn.invars), eqn
+
+    _pe.dce_rules[prim] = rule
+
+
+def register_no_recompute(prim: Any, *, mark: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Under remat, a recomputed copy of ``prim`` gets ``mark(params)`` instead of ``params``.
+
+    Remat's partial evaluation copies known equations into the backward pass to recompute them;
+    for a site marker that copy must be told apart so transformations do not see it twice.
+    0.7.2 .. 0.12: ``partial_eval_jaxpr_custom_rules`` has the same signature throughout.
+    """
+
+    def rule(saveable: Any, unks_in: Sequence[bool], inst_in: Sequence[bool], eqn: Any) -> Any:
+        # Inputs the staged copy reads must be available there: save those not already present,
+        # exactly as JAX does for a recomputed equation.
+        res = [v for v, inst in zip(eqn.invars, inst_in) if not inst and not is_literal(v)]
+        n = len(eqn.outvars)
+        if any(unks_in):
+            # Depends on backward-pass values: it runs once, in the staged jaxpr.
+            return None, eqn, [True] * n, [True] * n, res
+        # Known: runs in the forward pass; the staged copy only re-creates the values.
+        staged = eqn.replace(params=mark(dict(eqn.params)))
+        return eqn, staged, [False] * n, [True] * n, res
+
+    _pe.partial_eval_jaxpr_custom_rules[prim] = rule
+
+
+# --- effects -------------------------------------------------------------------------------------
+# 0.7.2 .. 0.12: the effect type registries live in jax._src.effects under these names.
+from jax._src import effects as _effects  # noqa: E402
+
+
+def make_effect(name: str) -> Any:
+    """A new unordered effect, allowed inside control flow, custom derivatives and remat.
+
+    An effect keeps an equation alive through dead-code elimination and makes JAX treat the call
+    as side-effecting (which also disables the C++ fast dispatch path of ``jax.jit``).
+    """
+    cls = type(name, (_effects.Effect,), {"__repr__": lambda self: name})
+    for registry in (
+        _effects.lowerable_effects,
+        _effects.control_flow_allowed_effects,
+        _effects.custom_derivatives_allowed_effects,
+        _effects.remat_allowed_effects,
+    ):
+        registry.add_type(cls)
+    return cls()
