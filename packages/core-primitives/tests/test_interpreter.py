@@ -268,7 +268,7 @@ def test_cond_branches_emitting_different_structures_raise():
 
 def test_emitting_inside_a_while_loop_raises_with_a_hint():
     f = lambda x: lax.while_loop(lambda c: c < 3, lambda c: c + jnp.sin(c), x)
-    with pytest.raises(EmittedStructureError, match="inside the body of a while_loop.*lax.scan"):
+    with pytest.raises(EmittedStructureError, match=r"inside the body of a while_loop.*lax.scan"):
         EMIT.transform(f)(0.5)
 
 

@@ -38,10 +38,10 @@ custom_vjp_call_p = _prims.custom_vjp_call_p
 
 # remat_p is public in jax.extend from 0.8; 0.7.x only has the private spelling. Drop the fallback
 # when the floor reaches 0.8.
-try:
+if hasattr(_prims, "remat_p"):
     remat_p = _prims.remat_p
-except AttributeError:  # pragma: no cover - JAX 0.7.x
-    pass
+else:  # pragma: no cover - JAX 0.7.x
+    from jax._src.ad_checkpoint import remat_p as remat_p
 
 # shard_map_p has no public spelling on any supported version (0.7.2 .. 0.12).
 
