@@ -79,7 +79,7 @@ class Interpreter:
         default: rule for primitives without one; default: bind unchanged.
 
     Subclasses adjust what happens to emitted values at control-flow boundaries by overriding
-    :meth:`scan_body_exit`, :meth:`scan_exit`, :meth:`cond_mismatch`, :meth:`while_emitted` and
+    :meth:`body_exit`, :meth:`scan_exit`, :meth:`cond_mismatch`, :meth:`while_emitted` and
     :meth:`shard_map_exit`.
 
     Example:
@@ -154,8 +154,8 @@ class Interpreter:
         return self.default
 
     # --- hooks for emitted values at boundaries (override in subclasses) --------------------
-    def scan_body_exit(self, emitted: list[Any]) -> list[Any]:
-        """Called inside a scan body on its emitted values before they are stacked."""
+    def body_exit(self, emitted: list[Any]) -> list[Any]:
+        """Called on the values a scan body or cond branch emitted, before they leave it."""
         return emitted
 
     def scan_exit(self, emitted: list[Any], *, length: int, reverse: bool) -> list[Any]:
@@ -235,7 +235,7 @@ class Interpreter:
 
         def body(carry: list[Any], x: list[Any]) -> tuple[list[Any], tuple[list, list]]:
             outs, emitted = self._sub(p["jaxpr"], [*consts, *carry, *x])
-            leaves, box["tree"] = jax.tree.flatten(self.scan_body_exit(emitted))
+            leaves, box["tree"] = jax.tree.flatten(self.body_exit(emitted))
             return outs[:n_carry], (outs[n_carry:], leaves)
 
         with compat.eqn_context(eqn):
@@ -280,6 +280,7 @@ class Interpreter:
         def make(i: int, closed: Any) -> Callable[..., Any]:
             def branch(*operands: Any) -> tuple[list[Any], list[Any]]:
                 outs, emitted = self._sub(closed, operands)
+                emitted = self.body_exit(emitted)
                 leaves, tree = jax.tree.flatten(emitted)
                 seen[i] = (tree, [(jnp.shape(x), jnp.result_type(x)) for x in leaves], emitted)
                 return outs, leaves

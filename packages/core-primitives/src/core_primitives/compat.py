@@ -44,6 +44,7 @@ else:  # pragma: no cover - JAX 0.7.x
     from jax._src.ad_checkpoint import remat_p as remat_p
 
 # shard_map_p has no public spelling on any supported version (0.7.2 .. 0.12).
+from jax._src.shard_map import shard_map_p as shard_map_p  # noqa: E402
 
 # call_p: old-style call primitive still bound by a few libraries.
 call_p = _prims.call_p

@@ -1,0 +1,112 @@
+"""``lox.log``: a log site is one identity primitive per key, with its steps as operands."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core_primitives import identity_primitive
+
+
+def _batch(args: Sequence[Any], dims: Sequence[int | None], **params: Any) -> Any:
+    # Batch axes lead every operand (steps included), so spool(vmap(f)) == vmap(spool(f)):
+    # unbatched operands are broadcast to the batch, and nbatch counts the vmaps around the site.
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    moved = [
+        jnp.broadcast_to(a, (size, *jnp.shape(a))) if d is None else jnp.moveaxis(a, d, 0)
+        for a, d in zip(args, dims)
+    ]
+    params = {**params, "nbatch": params["nbatch"] + 1}
+    return lox_p.bind(*moved, **params), [0] * len(moved)
+
+
+lox_p = identity_primitive(
+    "lox_log",
+    batch=_batch,
+    keep_alive=True,  # a site whose result is unused must still be found by spool/tap
+    recompute_params=lambda p: {**p, "recomputed": True},  # remat's copy is not a new event
+)
+
+
+def _as_tags(tags: str | Sequence[str]) -> tuple[str, ...]:
+    if isinstance(tags, str):
+        return (tags,)
+    tags = tuple(tags)
+    bad = [t for t in tags if not isinstance(t, str)]
+    if bad:
+        raise TypeError(
+            f"lox.log: tags must be strings, got {bad!r} in tags={tags!r}. "
+            "Pass a string or a sequence of strings, e.g. tags=('train',)."
+        )
+    return tags
+
+
+def _as_step(name: str, value: Any) -> Any:
+    dtype = jnp.result_type(value)
+    if not jnp.issubdtype(dtype, jnp.integer) or jnp.ndim(value) != 0:
+        raise TypeError(
+            f"lox.log: step {name}={value!r} must be a scalar integer (Python int or int array "
+            f"of shape ()), got dtype {dtype} and shape {jnp.shape(value)}. Steps are counters "
+            "kept next to the data; log float values as data instead."
+        )
+    return value if isinstance(value, jax.Array) else np.asarray(value, dtype=np.int32)
+
+
+def log(data: Mapping[str, Any], *, tags: str | Sequence[str] = (), **steps: Any) -> Any:
+    """Record one event per key of ``data``; returns ``data`` unchanged.
+
+    Untransformed, a log site is an identity and costs nothing. ``lox.spool`` returns the events
+    as outputs, ``lox.tap`` sends them to the host, ``lox.strip`` removes them.
+
+    Args:
+        data: mapping from key to a pytree of arrays (or scalars).
+        tags: a tag or tags for filtering sites (``spool(f, tags=...)``).
+        **steps: integer metadata kept aligned with the data, e.g. ``step=i, epoch=e``.
+
+    Returns:
+        ``data``, with the same structure and values.
+
+    Raises:
+        TypeError: ``data`` is not a mapping with string keys, or a step is not a scalar integer.
+
+    Example:
+        >>> import jax.numpy as jnp, lox
+        >>> def f(x):
+        ...     lox.log({"x": x}, step=3)
+        ...     return x * 2
+        >>> out, logs = lox.spool(f)(jnp.float32(1.5))
+        >>> float(out), logs["x"].tolist(), logs.steps["x"]["step"].tolist()
+        (3.0, [1.5], [3])
+    """
+    if not isinstance(data, Mapping):
+        raise TypeError(
+            f"lox.log expects a mapping from names to values, got {type(data).__name__}. "
+            'Wrap the value in a dict: lox.log({"loss": loss}).'
+        )
+    tags = _as_tags(tags)
+    step_keys = tuple(sorted(steps))
+    step_vals = [_as_step(k, steps[k]) for k in step_keys]
+    out = {}
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise TypeError(
+                f"lox.log: keys must be strings, got {key!r} ({type(key).__name__}). "
+                "Use str keys such as 'loss' or 'train/loss'."
+            )
+        leaves, treedef = jax.tree.flatten(value)
+        res = lox_p.bind(
+            *leaves,
+            *step_vals,
+            name=key,
+            tags=tags,
+            treedef=treedef,
+            step_keys=step_keys,
+            nbatch=0,
+            recomputed=False,
+        )
+        out[key] = jax.tree.unflatten(treedef, res[: len(leaves)])
+    return type(data)(out) if isinstance(data, dict) else out

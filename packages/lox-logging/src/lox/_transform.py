@@ -1,0 +1,96 @@
+"""The interpreter behind spool/tap/strip: what happens at a site and at control-flow borders."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import jax
+
+from core_primitives import Context, Interpreter
+
+from . import _events
+from ._events import Event, LogStructureError
+from ._log import lox_p
+from ._logdict import logdict
+from ._select import Selector
+
+SiteRule = Callable[[Context, Any, list[Any]], list[Any]]
+
+
+class LogInterpreter(Interpreter):
+    """Applies ``site_rule`` to selected, non-recomputed log sites; emitted values are Events."""
+
+    def __init__(self, selector: Selector, site_rule: SiteRule) -> None:
+        super().__init__({lox_p: self._site})
+        self.selector = selector
+        self.site_rule = site_rule
+
+    def _site(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+        if not self.selector(eqn.params):
+            return ctx.bind(eqn, invals)  # left in place for an outer transformation
+        if eqn.params["recomputed"]:
+            return invals  # remat's copy of a site that already ran in the forward pass
+        return self.site_rule(ctx, eqn, invals)
+
+    def body_exit(self, emitted: list[Any]) -> list[Any]:
+        return _events.merge(emitted, "inside one loop iteration")
+
+    def scan_exit(self, emitted: list[Any], *, length: int, reverse: bool) -> list[Any]:
+        return [_events.fold_leading(e) for e in emitted]
+
+    def shard_map_exit(self, emitted: list[Any], *, axes: tuple[str, ...], mesh: Any) -> list:
+        return [_events.fold_leading(e) for e in emitted]
+
+    def cond_mismatch(self, branches: list[Any]) -> NoReturn:
+        lines = []
+        for i, events in enumerate(branches):
+            logged = "; ".join(repr(e) for e in events or []) or "nothing"
+            lines.append(f"  branch {i} logged: {logged}")
+        keys = sorted({e.name for events in branches for e in events or []})
+        raise LogStructureError(
+            f"lox.spool: the branches of a cond/switch log different keys, shapes or dtypes "
+            f"(keys involved: {keys}):\n" + "\n".join(lines) + "\nOnly the taken branch's "
+            "events are returned, so every branch must log the same keys with the same shapes "
+            "and dtypes. Log the same keys in each branch (e.g. a zero placeholder), or move "
+            "the lox.log call out of the cond."
+        )
+
+    def while_emitted(self, emitted: list[Any], *, part: str) -> NoReturn:
+        keys = sorted({e.name for e in emitted})
+        raise LogStructureError(
+            f"lox.spool: key(s) {keys} are logged inside the {part} of a while_loop (or a "
+            "fori_loop with traced bounds). Its trip count is unknown when tracing, so the "
+            "number of events is too. Use lax.scan or fori_loop with Python-int bounds, or "
+            "stream the logs with lox.tap, or exclude these keys with spool(f, names=...)."
+        )
+
+
+def to_logdict(events: list[Event]) -> logdict:
+    data, steps = {}, {}
+    for e in _events.merge(events, "in one function"):
+        treedef, step_keys, _ = e.meta
+        data[e.name] = jax.tree.unflatten(treedef, e.values)
+        steps[e.name] = dict(zip(step_keys, e.steps))
+    return logdict(data, steps)
+
+
+def cached(make: Callable[..., Callable[..., Any]]) -> Callable[..., Callable[..., Any]]:
+    """Memoise transformed functions so re-creating ``spool(f)`` does not re-trace ``f``.
+
+    Unhashable arguments (a bound method of a list, say) skip the cache rather than fail.
+    """
+    memo = functools.lru_cache(maxsize=256)(make)
+
+    @functools.wraps(make)
+    def get(*args: Any) -> Callable[..., Any]:
+        try:
+            return memo(*args)
+        except TypeError:
+            return make(*args)
+
+    return get
+
+
+__all__ = ["LogInterpreter", "LogStructureError", "cached", "to_logdict"]
