@@ -54,16 +54,20 @@ def test_init_is_deterministic_and_independent_of_other_leaves(mesh):
     assert not np.array_equal(a["emb"], c["emb"])
 
 
+def _bits(key, shape, dtype):
+    return jax.random.randint(key, shape, 0, 1 << 24).astype(dtype)
+
+
 def test_init_values_do_not_depend_on_the_mesh(mesh):
-    sharded = init(specs(), jax.random.key(0), mesh, RULES)
-    single = init(
-        specs(),
-        jax.random.key(0),
-        make_mesh((1,), ("x",), devices=jax.devices()[:1]),
-        dict.fromkeys(RULES),
-    )
+    one_device = make_mesh((1,), ("x",), devices=jax.devices()[:1])
+    tree = dict(specs(), bits=ParamSpec((16, 32), ("embed", "mlp"), initializer=_bits))
+    sharded = init(tree, jax.random.key(0), mesh, RULES)
+    single = init(tree, jax.random.key(0), one_device, dict.fromkeys(RULES))
+    # The random bits are identical; float transforms (erfinv) may differ by an ulp between
+    # differently partitioned programs on some JAX versions.
+    np.testing.assert_array_equal(sharded["bits"], single["bits"])
     for a, b in zip(jax.tree.leaves(sharded), jax.tree.leaves(single)):
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=1e-6, atol=1e-7)
 
 
 def test_key_forms_agree(mesh):

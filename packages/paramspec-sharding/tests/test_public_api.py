@@ -9,6 +9,7 @@ EXPECTED = {
     "LinearConfig",
     "ParamInitializer",
     "ParamSpec",
+    "ProcessInfo",
     "RMSNorm",
     "RMSNormConfig",
     "Rules",
@@ -16,9 +17,12 @@ EXPECTED = {
     "abstract",
     "constrain",
     "init",
+    "initialize_distributed",
     "is_param_spec",
     "logical_to_sharding",
+    "make_global_batch",
     "make_mesh",
+    "process_info",
     "shardings",
 }
 

@@ -5,6 +5,10 @@ map logical axes to mesh axes with :class:`Rules`, and create every array direct
 layout with :func:`init`.
 """
 
+from ._distributed import ProcessInfo as ProcessInfo
+from ._distributed import initialize_distributed as initialize_distributed
+from ._distributed import make_global_batch as make_global_batch
+from ._distributed import process_info as process_info
 from ._errors import ShardingError as ShardingError
 from ._init import abstract as abstract
 from ._init import init as init

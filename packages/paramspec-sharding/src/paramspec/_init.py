@@ -20,8 +20,21 @@ from ._spec import ParamSpec
 def _flatten(tree: Any) -> tuple[list[str], list[Any], Any]:
     """Paths (``net/mlp/kernel``), leaves and treedef, stopping at logical-axis carriers."""
     pairs, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=has_logical_axes)
-    paths = [format_path(keypath_to_path(kp)) or "<root>" for kp, _ in pairs]
+    paths = [format_path(_path_parts(kp)) or "<root>" for kp, _ in pairs]
     return paths, [leaf for _, leaf in pairs], treedef
+
+
+def _path_parts(keypath: Any) -> tuple[str, ...]:
+    # A flat mapping keyed by tuple paths (blox ``Params``: {('net', 'l1', 'kernel'): ...}) reads
+    # as net/l1/kernel, like a nested tree, rather than "('net', 'l1', 'kernel')".
+    parts: list[str] = []
+    for entry in keypath:
+        key = getattr(entry, "key", None)
+        if isinstance(key, tuple):
+            parts += [str(k) for k in key]
+        else:
+            parts += keypath_to_path((entry,))
+    return tuple(parts)
 
 
 def _check_carriers(fn: str, paths: list[str], leaves: list[Any], need_spec: bool) -> None:

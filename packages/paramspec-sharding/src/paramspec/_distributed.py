@@ -1,0 +1,201 @@
+"""Multi-host helpers: start ``jax.distributed`` and assemble global batches from local ones."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from core_primitives import format_path, keypath_to_path
+
+from ._rules import as_rules, raise_if_problems, resolve
+
+logger = logging.getLogger(__name__)
+
+# jax.distributed.initialize reads JAX_COORDINATOR_ADDRESS itself but not the other two; reading
+# all three here lets one launcher script configure every process through the environment.
+_ENV = {
+    "coordinator_address": "JAX_COORDINATOR_ADDRESS",
+    "num_processes": "JAX_NUM_PROCESSES",
+    "process_id": "JAX_PROCESS_ID",
+}
+
+
+class ProcessInfo(NamedTuple):
+    """Where this process sits: returned by :func:`initialize_distributed`."""
+
+    process_index: int
+    process_count: int
+    local_device_count: int
+    device_count: int
+
+
+def process_info() -> ProcessInfo:
+    """This process's index, the process count and the local and global device counts.
+
+    Example:
+        >>> import paramspec as ps
+        >>> ps.process_info()
+        ProcessInfo(process_index=0, process_count=1, local_device_count=8, device_count=8)
+    """
+    return ProcessInfo(
+        jax.process_index(), jax.process_count(), jax.local_device_count(), jax.device_count()
+    )
+
+
+def initialize_distributed(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    local_device_ids: int | Sequence[int] | None = None,
+    **kwargs: Any,
+) -> ProcessInfo:
+    """Start ``jax.distributed`` from arguments, the environment, or cluster auto-detection.
+
+    Each argument left ``None`` is read from ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``
+    and ``JAX_PROCESS_ID``. When none is set anywhere, ``jax.distributed.initialize()`` tries its
+    cluster auto-detection (SLURM, Open MPI, TPU pods, ...); if that finds no cluster, the program
+    runs as a single process, so one script works on a laptop and on a pod. A second call is a
+    no-op. Call it first thing, before any other JAX call.
+
+    Args:
+        coordinator_address: ``host:port`` of process 0.
+        num_processes: the number of processes.
+        process_id: this process's index, ``0 <= process_id < num_processes``.
+        local_device_ids: the devices this process drives (default: all it sees).
+        **kwargs: passed to ``jax.distributed.initialize`` (e.g. ``initialization_timeout``).
+
+    Returns:
+        This process's :class:`ProcessInfo`.
+
+    Raises:
+        ValueError: an environment variable holds no integer, or the configuration is incomplete.
+        RuntimeError: JAX already ran a computation in this process.
+
+    Example:
+        On each of two hosts, first thing in the program (process 1 passes ``process_id=1``):
+
+        >>> import paramspec as ps
+        >>> info = ps.initialize_distributed("10.0.0.1:1234", 2, 0)  # doctest: +SKIP
+        >>> info.process_count  # doctest: +SKIP
+        2
+    """
+    if jax.distributed.is_initialized():
+        return process_info()
+    args = _from_env(coordinator_address, num_processes, process_id)
+    if all(v is None for v in args.values()) and local_device_ids is None and not kwargs:
+        return _auto_detect()
+    _initialize(dict(args, local_device_ids=local_device_ids, **kwargs))
+    return process_info()
+
+
+def _from_env(address: str | None, count: int | None, index: int | None) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "coordinator_address": address,
+        "num_processes": count,
+        "process_id": index,
+    }
+    for name, var in _ENV.items():
+        if args[name] is None and os.environ.get(var):
+            args[name] = os.environ[var] if name == "coordinator_address" else _env_int(var)
+    return args
+
+
+def _env_int(var: str) -> int:
+    value = os.environ[var]
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(
+            f"initialize_distributed(): environment variable {var}={value!r} is not an integer. "
+            f"Set it to a number, e.g. {var}=0, or pass the argument explicitly."
+        ) from None
+
+
+def _auto_detect() -> ProcessInfo:
+    try:
+        jax.distributed.initialize()
+    except ValueError as err:
+        # No cluster detected (jax: "coordinator_address should be defined"): one process.
+        logger.info("initialize_distributed: no cluster detected (%s); running one process.", err)
+    return process_info()
+
+
+def _initialize(args: dict[str, Any]) -> None:
+    try:
+        jax.distributed.initialize(**args)
+    except ValueError as err:
+        shown = ", ".join(f"{k}={args[k]!r}" for k in _ENV)
+        raise ValueError(
+            f"initialize_distributed({shown}) failed: {err} Pass coordinator_address ('host:port' "
+            "of process 0), num_processes and process_id, or set JAX_COORDINATOR_ADDRESS, "
+            "JAX_NUM_PROCESSES and JAX_PROCESS_ID in every process."
+        ) from err
+    except RuntimeError as err:
+        raise RuntimeError(
+            f"initialize_distributed() failed: {err} Call it at the very start of the program, "
+            "before creating arrays, meshes or asking for jax.devices()."
+        ) from err
+
+
+def make_global_batch(local_batch: Any, logical_axes: Any, mesh: Any, rules: Any) -> Any:
+    """Assemble each process's share of a batch into global arrays sharded over ``mesh``.
+
+    Every process calls it with its own rows (e.g. ``global_batch // jax.process_count()`` of
+    them); the result is one global ``jax.Array`` per leaf, built with
+    ``jax.make_array_from_process_local_data``, without copying other processes' data. With one
+    process it just places the batch.
+
+    Args:
+        local_batch: a pytree of host arrays (numpy), all with the same leading batch dimension.
+        logical_axes: logical axes of the leading dimensions, e.g. ``("batch",)`` or
+            ``("batch", "seq")``; the remaining dimensions of each leaf are replicated.
+        mesh: the (global) mesh.
+        rules: a :class:`paramspec.Rules` (or a plain mapping).
+
+    Returns:
+        The same pytree with global arrays.
+
+    Raises:
+        ShardingError: unknown logical axes, or more logical axes than a leaf has dimensions
+            (each path listed).
+
+    Example:
+        >>> import numpy as np, paramspec as ps
+        >>> mesh = ps.make_mesh((8,), ("data",))
+        >>> local = {"x": np.ones((16, 3))}
+        >>> batch = ps.make_global_batch(local, ("batch",), mesh, {"batch": "data"})
+        >>> batch["x"].shape, batch["x"].addressable_shards[0].data.shape
+        ((16, 3), (2, 3))
+    """
+    rules = as_rules(rules)
+    axes = (logical_axes,) if isinstance(logical_axes, str) else tuple(logical_axes)
+    pairs, treedef = jax.tree_util.tree_flatten_with_path(local_batch)
+    problems: list[str] = []
+    shardings = []
+    for keypath, leaf in pairs:
+        where = f"batch leaf {format_path(keypath_to_path(keypath)) or '<root>'}"
+        spec, found = _leaf_spec(where, axes, np.ndim(leaf), mesh, rules)
+        problems += found
+        shardings.append(None if found else jax.sharding.NamedSharding(mesh, spec))
+    raise_if_problems("make_global_batch()", mesh, problems)
+    arrays = [
+        jax.make_array_from_process_local_data(s, np.asarray(leaf))
+        for s, (_, leaf) in zip(shardings, pairs)
+    ]
+    return treedef.unflatten(arrays)
+
+
+def _leaf_spec(where: str, axes: tuple[Any, ...], ndim: int, mesh: Any, rules: Any) -> Any:
+    if len(axes) > ndim:
+        return None, [
+            f"{where}: {len(axes)} logical axes {axes} for an array of rank {ndim}; give at most "
+            "one logical axis per dimension."
+        ]
+    # Divisibility is left to JAX: the global shape is known only once every process's share
+    # is counted.
+    return resolve(where, axes + (None,) * (ndim - len(axes)), None, mesh, rules)

@@ -1,0 +1,158 @@
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import paramspec as ps
+
+HERE = Path(__file__).parent
+TIMEOUT_S = 120
+
+
+def test_process_info_single_process():
+    info = ps.process_info()
+    assert info == ps.ProcessInfo(0, 1, jax.local_device_count(), jax.device_count())
+
+
+def test_make_global_batch_single_process():
+    mesh = ps.make_mesh((2, 4), ("data", "model"))
+    local = {"tokens": np.arange(32).reshape(8, 4), "mask": np.ones(8, bool)}
+    rules = {"batch": ("data", "model"), "seq": None}
+    batch = ps.make_global_batch(local, ("batch",), mesh, rules)
+    assert batch["tokens"].shape == (8, 4)
+    assert tuple(batch["tokens"].sharding.spec) == (("data", "model"), None)
+    assert {s.data.shape for s in batch["tokens"].addressable_shards} == {(1, 4)}
+    np.testing.assert_array_equal(batch["tokens"], local["tokens"])
+    assert tuple(batch["mask"].sharding.spec) == (("data", "model"),)
+    seq = ps.make_global_batch(local["tokens"], ("batch", "seq"), mesh, rules)
+    assert tuple(seq.sharding.spec) == (("data", "model"), None)
+
+
+def test_make_global_batch_errors_name_the_leaf():
+    mesh = ps.make_mesh((8,), ("data",))
+    with pytest.raises(ps.ShardingError) as info:
+        ps.make_global_batch(
+            {"x": np.ones((8, 2)), "y": np.ones(8)}, ("btch", None), mesh, {"batch": "data"}
+        )
+    text = str(info.value)
+    assert "batch leaf x: logical axis 'btch' (dim 0) has no rule." in text
+    assert "Did you mean 'batch'?" in text
+    assert "batch leaf y: 2 logical axes ('btch', None) for an array of rank 1" in text
+
+
+def test_initialize_after_jax_started_says_when_to_call_it():
+    jax.devices()
+    with pytest.raises(RuntimeError, match=r"Call it at the very start of the program"):
+        ps.initialize_distributed("localhost:1", 2, 0)
+
+
+def test_bad_environment_variable_error(monkeypatch):
+    monkeypatch.setenv("JAX_NUM_PROCESSES", "two")
+    with pytest.raises(ValueError, match=r"JAX_NUM_PROCESSES='two' is not an integer"):
+        ps.initialize_distributed("localhost:1")
+
+
+def _run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
+    for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+        if var not in (env or {}):
+            full_env.pop(var, None)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+
+
+def test_no_configuration_runs_one_process():
+    proc = _run_python(
+        """
+        import paramspec as ps
+        print(tuple(ps.initialize_distributed()))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().startswith("(0, 1,")
+
+
+def test_incomplete_configuration_error():
+    proc = _run_python(
+        """
+        import paramspec as ps
+        try:
+            ps.initialize_distributed()
+        except ValueError as err:
+            print(err)
+        """,
+        env={"JAX_COORDINATOR_ADDRESS": "localhost:1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "initialize_distributed(coordinator_address='localhost:1', num_processes=None" in (
+        proc.stdout
+    )
+    assert "set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID" in proc.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _run_two_processes(tmp_path: Path) -> list[dict]:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    outs = [tmp_path / f"out{pid}.json" for pid in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HERE / "two_process_worker.py"), str(pid), str(port), str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for pid, out in enumerate(outs)
+    ]
+    logs = []
+    try:
+        for proc in procs:
+            logs.append(proc.communicate(timeout=TIMEOUT_S)[0])
+    finally:
+        for proc in procs:  # a peer that never arrives must not leave a process behind
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for proc, log in zip(procs, logs):
+        assert proc.returncode == 0, log[-3000:]
+    return [json.loads(out.read_text()) for out in outs]
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_process(tmp_path):
+    sys.path.insert(0, str(HERE))
+    try:
+        from two_process_worker import computation
+    finally:
+        sys.path.remove(str(HERE))
+    mesh = ps.make_mesh((2, 2), ("data", "model"), devices=jax.devices()[:4])
+    expected = computation(mesh, lambda rows: rows)
+
+    results = _run_two_processes(tmp_path)
+    for pid, got in enumerate(results):
+        assert got["info"] == [pid, 2, 2, 4]
+        assert got["batch_shape"] == [4, 8]
+        assert got["batch"] == expected["batch"]
+        assert got["bits_sum"] == expected["bits_sum"]
+        assert got["kernel_spec"] == expected["kernel_spec"] == ["None", "model"]
+        np.testing.assert_allclose(got["kernel_sum"], expected["kernel_sum"], rtol=1e-6)
+        np.testing.assert_allclose(got["loss"], expected["loss"], rtol=1e-6)

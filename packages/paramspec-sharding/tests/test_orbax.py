@@ -1,0 +1,58 @@
+"""Checkpoints written from one mesh restore onto another through ``abstract`` (orbax)."""
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec
+
+import paramspec as ps
+from core_primitives import pytree_dataclass
+
+ocp = pytest.importorskip("orbax.checkpoint")
+
+
+@pytree_dataclass
+class Model(ps.ParamInitializer):
+    emb: ps.Embedding
+    norm: ps.RMSNorm
+    out: ps.Linear
+
+    @classmethod
+    def param_specs(cls, cfg):
+        vocab, d = cfg
+        return cls(
+            emb=ps.Embedding.param_specs(ps.EmbeddingConfig(vocab, d)),
+            norm=ps.RMSNorm.param_specs(ps.RMSNormConfig(d)),
+            out=ps.Linear.param_specs(
+                ps.LinearConfig(d, vocab, use_bias=True, bias_axes=("vocab",))
+            ),
+        )
+
+
+RULES_A = ps.Rules({"vocab": "fsdp", "embed": None, "mlp": None})
+RULES_B = ps.Rules({"vocab": "model", "embed": "data", "mlp": None})
+
+
+def test_save_on_one_mesh_restore_onto_another(tmp_path):
+    cfg = (64, 16)
+    mesh_a = ps.make_mesh((8,), ("fsdp",))
+    params = Model.init(cfg, jax.random.key(0), mesh_a, RULES_A)
+    assert params.emb.table.sharding.spec == PartitionSpec("fsdp", None)
+
+    path = tmp_path / "ckpt"
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(path, params)
+        ckptr.wait_until_finished()
+
+    mesh_b = ps.make_mesh((2, 4), ("data", "model"))
+    target = Model.abstract(cfg, mesh_b, RULES_B)
+    with ocp.StandardCheckpointer() as ckptr:
+        restored = ckptr.restore(path, target)
+
+    assert isinstance(restored, Model)
+    assert restored.norm.eps == params.norm.eps
+    assert restored.emb.table.sharding == target.emb.table.sharding
+    assert restored.emb.table.sharding.spec == PartitionSpec("model", "data")
+    assert {s.data.shape for s in restored.emb.table.addressable_shards} == {(16, 8)}
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(restored)):
+        np.testing.assert_array_equal(a, b)
