@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lox._logdict import logdict
+from lox import logdict
 
 
 def ld(**values):

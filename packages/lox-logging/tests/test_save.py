@@ -12,9 +12,7 @@ import numpy as np
 import pytest
 
 from core_primitives import pytree_dataclass
-from lox import _save
-from lox._logdict import logdict
-from lox._save import load, save
+from lox import _save, load, logdict, save
 
 
 def tolist(tree):

@@ -79,6 +79,7 @@ class WandbLogger(HostLogger):
     """
 
     def __init__(self, **wandb_init_kwargs: Any):
+        _import_wandb()  # fail here, clearly, rather than warn at every init
         super().__init__()
         self.init_kwargs = {"reinit": "create_new", **wandb_init_kwargs}
         self._warned: set[tuple[int, str]] = set()
