@@ -232,6 +232,7 @@ def test_wandb_rows_group_by_steps_and_index():
 
 @pytest.mark.parametrize("mode", ["disabled", "offline"])
 def test_wandb_logger_one_run_per_lane(tmp_path, monkeypatch, mode):
+    pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", mode)
     monkeypatch.setenv("WANDB_SILENT", "true")
     # wandb reads WANDB_MODE once per process (its settings singleton), so pass it too.
