@@ -402,3 +402,17 @@ def test_user_subclass_tap_uses_log_on_the_host():
     out, _ = logger.tap(train_step, logger.init())(jnp.float32(1.0), 0)
     done(out)
     assert seen == [{"loss": [2.0]}]
+
+
+def test_grad_through_logger_spool_logs_primal_values():
+    rec = Recorder()
+    state = rec.init()
+
+    def loss(p):
+        value = jnp.sum(p**2)
+        lox.log({"loss": value}, step=0)
+        return value
+
+    grads = done(jax.jit(jax.grad(lambda p: rec.spool(loss, state)(p)[0]))(jnp.ones(3)))
+    assert tolist(grads) == [2.0, 2.0, 2.0]
+    assert rec.written == [("handle0", 0, {"loss": [3.0]}, {"loss": {"step": [0]}})]

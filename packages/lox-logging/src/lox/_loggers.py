@@ -201,6 +201,9 @@ class HostLogger(Logger):
             self._host_write(state, logs)
             return state
         spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), x.dtype), state)
+        # Logged values carry no gradient: without this, `jax.grad` through a function that
+        # logs (e.g. of `logger.spool(f, state)`) fails, as io_callback has no JVP rule.
+        logs = jax.lax.stop_gradient(logs)
         return io_callback(self._host_log, spec, state, logs)
 
     def finish(self, state: LoggerState) -> None:
