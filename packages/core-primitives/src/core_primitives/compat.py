@@ -189,7 +189,8 @@ def register_batching(prim: Any, rule: Callable[..., Any]) -> None:
     """``rule(args, dims, **params) -> (outs, out_dims)``; ``dims`` entries are int or None."""
 
     def wrapped(args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
-        dims = [None if d is _batching.not_mapped else d for d in dims]
+        not_mapped = getattr(_batching, "not_mapped", None)
+        dims = [None if d is not_mapped else d for d in dims]
         return rule(args, dims, **params)
 
     _batching.primitive_batchers[prim] = wrapped

@@ -24,7 +24,9 @@ def _per_lane(nbatch: int, tree: Any) -> list[tuple[tuple[int, ...], Any]]:
         return [((), tree)]
     leaves = jax.tree.leaves(tree)
     shape = np.shape(leaves[0])[:nbatch] if leaves else ()
-    return [(i, jax.tree.map(lambda x: x[i], tree)) for i in itertools.product(*map(range, shape))]
+    return [
+        (i, jax.tree.map(lambda x, i=i: x[i], tree)) for i in itertools.product(*map(range, shape))
+    ]
 
 
 def _site_rule(callback: Callable[..., None], with_state: Callable[[], Any] | None):
@@ -39,7 +41,7 @@ def _site_rule(callback: Callable[..., None], with_state: Callable[[], Any] | No
                 if with_state is None:
                     callback(logs)
                 else:
-                    callback(jax.tree.map(lambda s: np.asarray(s)[index], state), logs)
+                    callback(jax.tree.map(lambda s, i=index: np.asarray(s)[i], state), logs)
 
         jax.debug.callback(host, event, state)
         return invals  # consumed, as with spool

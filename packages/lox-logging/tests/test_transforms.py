@@ -1,0 +1,358 @@
+"""spool / tap / strip / keep under every JAX transformation."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import lox
+from lox._log import lox_p
+
+
+def _site_count(f, *args):
+    def count(jaxpr):
+        n = 0
+        for e in jaxpr.eqns:
+            n += e.primitive is lox_p
+            for sub in (
+                jax.core.jaxprs_in_params(e.params) if hasattr(jax.core, "jaxprs_in_params") else []
+            ):
+                n += count(sub)
+        return n
+
+    return count(jax.make_jaxpr(f)(*args).jaxpr)
+
+
+def test_untransformed_log_is_identity():
+    f = lambda x: lox.log({"x": x, "t": (x, 2 * x)})
+    out = f(jnp.float32(1.0))
+    assert float(out["x"]) == 1.0 and float(out["t"][1]) == 2.0
+
+
+def test_event_axis_program_order_and_nested_scans_row_major():
+    def f(xs):
+        lox.log({"a": jnp.float32(-1.0)})
+
+        def outer(c, row):
+            def inner(c2, v):
+                lox.log({"a": v})
+                return c2 + 1, None
+
+            return lax.scan(inner, c, row)[0], None
+
+        lax.scan(outer, 0, xs)
+        lox.log({"a": jnp.float32(99.0)})
+        return xs
+
+    _, logs = lox.spool(f)(jnp.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(logs["a"], [-1, 0, 1, 2, 3, 4, 5, 99])
+    assert dict(logs.steps["a"]) == {}
+
+
+def test_steps_missing_at_some_events_is_an_error_naming_key_and_step():
+    def f(x):
+        lox.log({"a": x}, step=1)
+        lox.log({"a": x})
+        return x
+
+    with pytest.raises(lox.LogStructureError, match=r"key 'a'.*\n.*\n.*\n.*step\(s\) \['step'\]"):
+        lox.spool(f)(1.0)
+
+
+def test_two_events_per_iteration_interleave_row_major():
+    def body(c, x):
+        lox.log({"a": x}, step=c)
+        lox.log({"a": -x}, step=c)
+        return c + 1, None
+
+    _, logs = lox.spool(lambda xs: lax.scan(body, 0, xs))(jnp.arange(1.0, 4.0))
+    np.testing.assert_array_equal(logs["a"], [1, -1, 2, -2, 3, -3])
+    np.testing.assert_array_equal(logs.steps["a"]["step"], [0, 0, 1, 1, 2, 2])
+
+
+def test_reverse_scan_in_index_order_and_empty_scan():
+    f = lambda xs: lax.scan(lambda c, x: (lox.log({"x": x}) and c, None), 0, xs, reverse=True)
+    _, logs = lox.spool(f)(jnp.arange(3.0))
+    np.testing.assert_array_equal(logs["x"], [0, 1, 2])
+    _, logs = lox.spool(f)(jnp.zeros((0,), jnp.float16))
+    assert logs["x"].shape == (0,) and logs["x"].dtype == jnp.float16
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: a value logged inside vmap that depends on no batched input never reaches "
+    "the batching rule, so spool(vmap(f)) reports it once instead of once per lane",
+)
+def test_spool_of_vmap_broadcasts_unbatched_constants():
+    def f(x):
+        lox.log({"const": jnp.float32(7.0)})
+        return x
+
+    _, logs = lox.spool(jax.vmap(f))(jnp.arange(3.0))
+    assert logs["const"].shape == (3, 1)
+
+
+def test_spool_of_vmap_equals_vmap_of_spool_including_steps_and_scans():
+    def f(x):
+        lox.log({"const": x * 0 + 7.0}, step=3)
+
+        def body(c, v):
+            lox.log({"v": v * x}, step=c)
+            return c + 1, None
+
+        lax.scan(body, 0, jnp.arange(4.0))
+        return x * 2
+
+    xs = jnp.arange(3.0)
+    a_out, a = lox.spool(jax.vmap(f))(xs)
+    b_out, b = jax.vmap(lox.spool(f))(xs)
+    np.testing.assert_array_equal(a_out, b_out)
+    for k in ("const", "v"):
+        np.testing.assert_array_equal(a[k], b[k])
+        np.testing.assert_array_equal(a.steps[k]["step"], b.steps[k]["step"])
+    assert a["v"].shape == (3, 4)  # batch first, then events: never interleaved
+
+
+def test_cond_reports_taken_branch_only():
+    f = lambda x: lax.cond(x > 0, lambda: lox.log({"b": x + 1}), lambda: lox.log({"b": x - 1}))
+    _, logs = lox.spool(f)(jnp.float32(1.0))
+    np.testing.assert_array_equal(logs["b"], [2.0])
+    _, logs = lox.spool(f)(jnp.float32(-1.0))
+    np.testing.assert_array_equal(logs["b"], [-2.0])
+
+
+def test_cond_mismatch_names_keys_and_branches():
+    def f(x):
+        return lax.cond(x > 0, lambda: lox.log({"a": x})["a"], lambda: lox.log({"b": x})["b"])
+
+    with pytest.raises(lox.LogStructureError) as err:
+        lox.spool(f)(jnp.float32(1.0))
+    msg = str(err.value)
+    assert "keys involved: ['a', 'b']" in msg
+    assert "branch 0 logged: b: float32[]" in msg and "branch 1 logged: a: float32[]" in msg
+
+
+def test_cond_shape_mismatch_is_not_an_mlir_error():
+    def f(x):
+        lox.log({"b": x})
+        return lax.cond(
+            x[0] > 0, lambda: lox.log({"a": x})["a"][0], lambda: lox.log({"a": x[:1]})["a"][0]
+        )
+
+    with pytest.raises(
+        lox.LogStructureError,
+        match=r"float32\[2\].*\n.*float32\[1\]|float32\[1\].*\n.*float32\[2\]",
+    ):
+        lox.spool(f)(jnp.ones(2))
+
+
+def test_while_loop_spool_raises_naming_the_key_but_tap_and_strip_work():
+    def f(x):
+        def body(c):
+            lox.log({"inside": c})
+            return c + 1.0
+
+        return lax.while_loop(lambda c: c < 3.0, body, x)
+
+    with pytest.raises(lox.LogStructureError, match=r"\['inside'\].*while_loop.*lax.scan.*lox.tap"):
+        lox.spool(f)(jnp.float32(0.0))
+    seen = []
+    assert float(jax.jit(lox.tap(f, seen.append))(jnp.float32(0.0))) == 3.0
+    jax.effects_barrier()
+    assert [float(s["inside"][0]) for s in seen] == [0.0, 1.0, 2.0]
+    assert float(lox.strip(f)(jnp.float32(0.0))) == 3.0
+
+
+def test_autodiff_logs_primal_once_and_grad_works():
+    def f(x):
+        lox.log({"x": x})
+        return jnp.sin(x)
+
+    (g, logs) = jax.grad(lambda x: (lambda o: (o[0], o[1]))(lox.spool(f)(x)), has_aux=True)(1.0)
+    np.testing.assert_allclose(g, jnp.cos(1.0))
+    np.testing.assert_array_equal(logs["x"], [1.0])
+    _, logs = lox.spool(jax.grad(f))(1.0)
+    np.testing.assert_array_equal(logs["x"], [1.0])
+    _, logs = lox.spool(jax.hessian(f))(1.0)
+    assert logs["x"].shape[0] >= 1
+    _, logs = lox.spool(lambda x: jax.jvp(f, (x,), (1.0,)))(2.0)
+    np.testing.assert_array_equal(logs["x"], [2.0])
+    lin = jax.linear_transpose(lambda x: lox.log({"x": x})["x"] * 3.0, 1.0)
+    assert float(lin(1.0)[0]) == 3.0
+
+
+def test_checkpoint_does_not_duplicate_events():
+    def f(x):
+        y = jax.checkpoint(lambda v: jnp.sin(lox.log({"v": v})["v"]))(x)
+        return y * 2
+
+    _, logs = lox.spool(jax.grad(f))(1.0)
+    np.testing.assert_array_equal(logs["v"], [1.0])
+    np.testing.assert_allclose(jax.grad(lambda x: lox.spool(f)(x)[0])(1.0), 2 * jnp.cos(1.0))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: under grad, JAX re-runs a debug callback inside jax.checkpoint in the "
+    "backward pass, so tap fires twice there; spool is not affected",
+)
+def test_tap_under_grad_of_checkpoint_fires_once():
+    f = lambda x: jax.checkpoint(lambda v: jnp.sin(lox.log({"v": v})["v"]))(x)
+    seen = []
+    jax.grad(lox.tap(f, seen.append))(1.0)
+    jax.effects_barrier()
+    assert len(seen) == 1
+
+
+def test_custom_jvp_and_vjp_primal_logs_collected():
+    @jax.custom_jvp
+    def h(x):
+        lox.log({"h": x})
+        return jnp.sin(x)
+
+    h.defjvp(lambda p, t: (h(p[0]), jnp.cos(p[0]) * t[0]))
+
+    @jax.custom_vjp
+    def k(x):
+        lox.log({"k": x})
+        return x * 2
+
+    k.defvjp(lambda x: (k(x), None), lambda _, g: (g * 2,))
+    f = lambda x: h(x) + k(x)
+    _, logs = lox.spool(f)(1.0)
+    assert logs["h"].tolist() == [1.0] and logs["k"].tolist() == [1.0]
+    g = jax.grad(lambda x: lox.spool(f)(x)[0])(1.0)
+    np.testing.assert_allclose(g, jnp.cos(1.0) + 2)
+
+
+def test_shard_map_logs_one_event_per_shard():
+    mesh = jax.make_mesh((4,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
+    P = jax.sharding.PartitionSpec
+
+    def f(x):
+        lox.log({"s": x.sum()})
+        return x
+
+    g = jax.shard_map(f, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+    _, logs = lox.spool(g)(jnp.arange(8.0))
+    np.testing.assert_array_equal(logs["s"], [1.0, 5.0, 9.0, 13.0])
+
+
+def test_inner_jit_keeps_params_and_cache_is_safe():
+    inner = jax.jit(lambda x: lox.log({"x": x})["x"] * 2, donate_argnums=0)
+    for _ in range(3):
+        out, logs = lox.spool(inner)(jnp.ones(2))
+        np.testing.assert_array_equal(logs["x"], [[1.0, 1.0]])
+    seen = []
+    for _ in range(2):
+        lox.tap(inner, seen.append)(jnp.ones(2))
+    jax.effects_barrier()
+    n = len(seen)
+    np.testing.assert_array_equal(inner(jnp.ones(2)), [2.0, 2.0])
+    jax.effects_barrier()
+    assert n == 2 and len(seen) == 2  # plain jit fires no callback
+    jaxpr = jax.make_jaxpr(lox.strip(lambda x: inner(x)))(jnp.ones(2))
+    (eqn,) = jaxpr.eqns
+    assert eqn.params["donated_invars"] == (True,)
+
+
+def test_spool_does_not_retrace():
+    traces = []
+
+    def f(x):
+        traces.append(1)
+        lox.log({"x": x})
+        return x
+
+    for _ in range(3):
+        lox.spool(f)(jnp.ones(3))
+    assert len(traces) == 1
+
+
+def test_filters_names_tags_and_nesting():
+    def f(x):
+        lox.log({"a": x}, tags="train")
+        lox.log({"b": x}, tags=("eval", "x"))
+        return x
+
+    assert set(lox.spool(f)(1.0)[1]) == {"a", "b"}
+    assert set(lox.spool(f, names="a")(1.0)[1]) == {"a"}
+    assert set(lox.spool(f, names=[])(1.0)[1]) == set()
+    assert set(lox.spool(f, tags="eval")(1.0)[1]) == {"b"}
+    assert set(lox.spool(f, names=["a", "b"], tags="train")(1.0)[1]) == {"a"}
+    # A nested spool consumes what it selects; the outer one sees the rest.
+    (inner_out, inner_logs), outer_logs = lox.spool(lox.spool(f, names="a"))(1.0)
+    assert set(inner_logs) == {"a"} and set(outer_logs) == {"b"}
+
+
+def test_strip_leaves_exactly_the_log_free_equations():
+    def f(x):
+        y = jnp.sin(lox.log({"x": x})["x"])
+        lax.scan(lambda c, v: (lox.log({"v": v}) and c, None), 0.0, jnp.ones(3))
+        return y
+
+    def plain(x):
+        y = jnp.sin(x)
+        lax.scan(lambda c, v: (c, None), 0.0, jnp.ones(3))
+        return y
+
+    got = [e.primitive for e in jax.make_jaxpr(lox.strip(f))(1.0).eqns]
+    want = [e.primitive for e in jax.make_jaxpr(plain)(1.0).eqns]
+    assert got == want
+    assert "lox_log" not in str(jax.make_jaxpr(lox.strip(f))(1.0))
+    assert "lox_log" in str(jax.make_jaxpr(lox.keep(f, names="v"))(1.0))
+
+
+def test_same_key_different_shapes_error_names_key_and_shapes():
+    def f(x):
+        lox.log({"a": x})
+        lox.log({"a": x[:1]})
+        return x
+
+    with pytest.raises(
+        lox.LogStructureError, match=r"key 'a'.*\n  first:  float32\[2\]\n  second: float32\[1\]"
+    ):
+        lox.spool(f)(jnp.ones(2))
+
+
+def test_pytree_values_stay_pytrees():
+    _, logs = lox.spool(lambda x: lox.log({"p": {"w": x, "b": (x, x)}}))(jnp.ones(2))
+    assert logs["p"]["w"].shape == (1, 2) and logs["p"]["b"][1].shape == (1, 2)
+
+
+def test_tap_under_vmap_calls_once_per_lane_in_order():
+    seen = []
+
+    def f(x):
+        lox.log({"x": x})
+        return x
+
+    jax.vmap(lox.tap(f, seen.append))(jnp.arange(3.0))
+    jax.effects_barrier()
+    assert sorted(float(s["x"][0]) for s in seen) == [0.0, 1.0, 2.0]
+    seen.clear()
+    lox.tap(jax.vmap(f), seen.append)(jnp.arange(3.0))
+    jax.effects_barrier()
+    assert [float(s["x"][0]) for s in seen] == [0.0, 1.0, 2.0]
+
+
+def test_tap_never_fires_for_untaken_branch():
+    seen = []
+    f = lambda x: lax.cond(x > 0, lambda: lox.log({"pos": x}), lambda: lox.log({"pos": -x}))
+    lox.tap(f, seen.append)(jnp.float32(2.0))
+    jax.effects_barrier()
+    assert [float(s["pos"][0]) for s in seen] == [2.0]
+
+
+def test_bad_log_inputs_have_clear_errors():
+    with pytest.raises(TypeError, match="expects a mapping.*Wrap the value"):
+        lox.log(1.0)
+    with pytest.raises(TypeError, match="step step=1.5 must be a scalar integer"):
+        lox.log({"a": 1.0}, step=1.5)
+    with pytest.raises(TypeError, match="keys must be strings, got 3"):
+        lox.log({3: 1.0})
+    with pytest.raises(TypeError, match="names must contain only strings"):
+        lox.spool(lambda x: x, names=[1])
