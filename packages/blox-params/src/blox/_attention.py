@@ -1,0 +1,201 @@
+"""``MultiHeadAttention`` with grouped KV heads, RoPE, causal and padding masks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ._dtypes import promote
+from ._graph import Graph
+from ._module import Initializer, Module
+from ._params import Params
+from ._rng import Rng
+
+
+def rope(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
+    """Rotary position embedding of ``x`` ``(..., T, heads, head_dim)`` at ``positions`` ``(T,)``.
+
+    Rotates pairs ``(x[..., :d/2], x[..., d/2:])`` by angles ``position / base**(2i/d)``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> x = jnp.ones((3, 1, 4))
+        >>> bool(jnp.allclose(rope(x, jnp.arange(3))[0], x[0]))  # position 0 is unrotated
+        True
+    """
+    half = x.shape[-1] // 2
+    freqs = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angles = positions.astype(jnp.float32)[:, None] * freqs  # (T, half)
+    sin, cos = jnp.sin(angles)[:, None, :], jnp.cos(angles)[:, None, :]  # (T, 1, half)
+    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return rotated.astype(x.dtype)
+
+
+class MultiHeadAttention(Module):
+    """Dot-product attention over ``(..., T, features)``: self- or cross-attention.
+
+    ``y, params = mha(params, x, kv=None, mask=None, causal=False)``. Queries come from ``x``;
+    keys and values from ``kv`` (default ``x``). ``mask`` is boolean (``True`` = attend),
+    broadcastable to ``(..., num_heads, T, S)``: a key padding mask of shape ``(batch, S)`` is
+    passed as ``mask[:, None, None, :]``. ``causal=True`` lets query ``t`` see keys up to
+    ``t + S - T`` (queries aligned to the end of the keys, as when decoding with a cache).
+
+    Args:
+        graph: the node to bind to.
+        num_heads: query heads.
+        head_dim: features per head.
+        rng: draws init keys.
+        num_kv_heads: key/value heads (grouped-query attention); must divide ``num_heads``.
+            Default ``num_heads``.
+        use_rope: rotary position embeddings on queries and keys (positions ``0..T-1`` and
+            ``0..S-1``).
+        rope_base: RoPE frequency base.
+        output_size: output features (default: ``x``'s features).
+        use_bias: biases on the four projections.
+        kernel_init: initializer of the projections (default LeCun normal).
+        dtype, param_dtype: mixed precision; the softmax always runs in float32.
+
+    Params: ``query (D, H, hd)``, ``key (Dkv, KVH, hd)``, ``value (Dkv, KVH, hd)``,
+    ``out (H, hd, output_size)``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import blox as bx
+        >>> graph = bx.Graph('net')
+        >>> rng = bx.Rng(graph / 'rng')
+        >>> mha = bx.MultiHeadAttention(graph / 'attn', num_heads=4, head_dim=8, rng=rng,
+        ...                             num_kv_heads=2, use_rope=True)
+        >>> y, params = mha(rng.seed(bx.Params(), seed=0), jnp.ones((2, 5, 16)), causal=True)
+        >>> y.shape
+        (2, 5, 16)
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        num_heads: int,
+        head_dim: int,
+        *,
+        rng: Rng | None = None,
+        num_kv_heads: int | None = None,
+        use_rope: bool = False,
+        rope_base: float = 10000.0,
+        output_size: int | None = None,
+        use_bias: bool = False,
+        kernel_init: Initializer | None = None,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+    ) -> None:
+        super().__init__(graph)
+        kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_heads <= 0 or kv_heads <= 0 or num_heads % kv_heads:
+            raise ValueError(
+                f"{self.name}: num_heads={num_heads} must be a positive multiple of "
+                f"num_kv_heads={kv_heads} (each KV head serves num_heads // num_kv_heads query "
+                "heads)."
+            )
+        if use_rope and head_dim % 2:
+            raise ValueError(f"{self.name}: RoPE needs an even head_dim, got {head_dim}.")
+        self.num_heads, self.head_dim, self.num_kv_heads = num_heads, head_dim, kv_heads
+        self.rng = rng
+        self.use_rope, self.rope_base = use_rope, rope_base
+        self.output_size = output_size
+        self.use_bias = use_bias
+        self.kernel_init = kernel_init or jax.nn.initializers.lecun_normal(
+            in_axis=0, out_axis=(1, 2)
+        )
+        self.dtype, self.param_dtype = dtype, param_dtype
+
+    def _project(
+        self, params: Params, name: str, x: jax.Array, heads: int
+    ) -> tuple[jax.Array, Params]:
+        shape = (x.shape[-1], heads, self.head_dim)
+        w, params = self.get_param(params, name, shape, self.kernel_init, self.param_dtype)
+        b = None
+        if self.use_bias:
+            b, params = self.get_param(params, f"{name}_bias", shape[1:],
+                                       jax.nn.initializers.zeros, self.param_dtype)  # fmt: skip
+        x, w, b = promote(self.dtype, x, w, b)
+        y = jnp.einsum("...d,dhk->...hk", x, w)
+        return (y + b if b is not None else y), params
+
+    def __call__(
+        self,
+        params: Params,
+        x: jax.Array,
+        kv: jax.Array | None = None,
+        mask: jax.Array | None = None,
+        causal: bool = False,
+    ) -> tuple[jax.Array, Params]:
+        x = jnp.asarray(x)
+        kv = x if kv is None else jnp.asarray(kv)
+        if x.ndim < 2 or kv.ndim < 2:
+            raise ValueError(
+                f"{self.name} expects inputs (..., T, features), got x {x.shape} and kv "
+                f"{kv.shape}. For a single token use x[None]."
+            )
+        q, params = self._project(params, "query", x, self.num_heads)  # (..., T, H, hd)
+        k, params = self._project(params, "key", kv, self.num_kv_heads)  # (..., S, K, hd)
+        v, params = self._project(params, "value", kv, self.num_kv_heads)
+        T, S = q.shape[-3], k.shape[-3]
+        if self.use_rope:
+            q = rope(q, jnp.arange(T), self.rope_base)
+            k = rope(k, jnp.arange(S), self.rope_base)
+        weights = self._weights(q, k, self._mask(mask, causal, q.shape[:-3], T, S))
+        groups = self.num_heads // self.num_kv_heads
+        out = jnp.einsum("...kgts,...skd->...tkgd", weights.astype(v.dtype), v)
+        out = out.reshape(*out.shape[:-3], self.num_heads, self.head_dim)
+        return self._output(params, out, x.shape[-1] if self.output_size is None else None,
+                            groups)  # fmt: skip
+
+    def _weights(self, q: jax.Array, k: jax.Array, mask: jax.Array | None) -> jax.Array:
+        groups = self.num_heads // self.num_kv_heads
+        q = q.reshape(*q.shape[:-2], self.num_kv_heads, groups, self.head_dim)
+        logits = jnp.einsum("...tkgd,...skd->...kgts", q, k).astype(jnp.float32)
+        logits = logits / jnp.sqrt(jnp.float32(self.head_dim))
+        if mask is not None:
+            logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+        return jax.nn.softmax(logits, axis=-1)
+
+    def _mask(
+        self, mask: Any, causal: bool, batch: tuple[int, ...], T: int, S: int
+    ) -> jax.Array | None:
+        """Combine the user mask and the causal mask, shaped ``(..., KVH, G, T, S)``."""
+        full = (*batch, self.num_heads, T, S)
+        combined = None
+        if mask is not None:
+            mask = jnp.asarray(mask)
+            try:
+                combined = jnp.broadcast_to(mask.astype(bool), full)
+            except ValueError as err:
+                raise ValueError(
+                    f"{self.name}: mask of shape {mask.shape} does not broadcast to "
+                    f"(*batch, num_heads, T, S) = {full}. A key padding mask (batch, S) goes in "
+                    "as mask[:, None, None, :]; a (T, S) mask as mask[None, None]."
+                ) from err
+        if causal:
+            tri = jnp.arange(T)[:, None] + (S - T) >= jnp.arange(S)[None, :]
+            combined = tri if combined is None else combined & tri
+        if combined is None:
+            return None
+        combined = jnp.broadcast_to(combined, full)
+        groups = self.num_heads // self.num_kv_heads
+        return combined.reshape(*batch, self.num_kv_heads, groups, T, S)
+
+    def _output(
+        self, params: Params, out: jax.Array, features: int | None, groups: int
+    ) -> tuple[jax.Array, Params]:
+        size = features if features is not None else self.output_size
+        shape = (self.num_heads, self.head_dim, size)
+        init = jax.nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2)
+        w, params = self.get_param(params, "out", shape, init, self.param_dtype)
+        b = None
+        if self.use_bias:
+            b, params = self.get_param(params, "out_bias", (size,), jax.nn.initializers.zeros,
+                                       self.param_dtype)  # fmt: skip
+        out, w, b = promote(self.dtype, out, w, b)
+        y = jnp.einsum("...hk,hko->...o", out, w)
+        return (y + b if b is not None else y), params

@@ -1,0 +1,120 @@
+"""``Repeat``: one layer applied ``num_layers`` times with stacked params and ``lax.scan``.
+
+Compile time then stays flat in depth: the layer is traced once, not ``num_layers`` times.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ._errors import GraphError, LockedParamsError, RngError
+from ._graph import Graph
+from ._module import Module
+from ._params import Param, Params
+from ._rng import Rng
+
+
+class Repeat(Module):
+    """Stack ``num_layers`` copies of ``layer``'s params and run them with ``lax.scan``.
+
+    ``layer`` is a module bound below this node; its output must have the input's shape and
+    dtype (it is the scan carry). Every parameter under ``layer``'s path gets a leading axis of
+    size ``num_layers``; its ``logical_axes`` metadata gains ``logical_axis`` in front. At init
+    each copy is created with its own key: ``rng`` draws one key and is re-seeded with
+    ``fold_in(key, i)`` for copy ``i``, so the layer should draw from that same ``rng``. State
+    outside the layer (the Rng counter, say) is threaded through the scan as usual.
+
+    Args:
+        graph: the node to bind to.
+        layer: the module to repeat, bound under ``graph``.
+        num_layers: how many copies.
+        rng: the ``Rng`` the layer initialises from.
+        remat: wrap each step in ``jax.checkpoint`` (recompute activations in the backward pass).
+        logical_axis: the logical name of the new leading axis (``None``: replicated).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> import blox as bx
+        >>> graph = bx.Graph('net')
+        >>> rng = bx.Rng(graph / 'rng')
+        >>> blocks = graph / 'blocks'
+        >>> stack = bx.Repeat(blocks, bx.Linear(blocks / 'layer', 4, rng=rng), 6, rng=rng)
+        >>> y, params = stack(rng.seed(bx.Params(), seed=0), jnp.ones((2, 4)))
+        >>> params[('net', 'blocks', 'layer', 'kernel')].shape
+        (6, 4, 4)
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        layer: Module,
+        num_layers: int,
+        *,
+        rng: Rng | None = None,
+        remat: bool = False,
+        logical_axis: str | None = None,
+    ) -> None:
+        super().__init__(graph)
+        n = len(graph.path)
+        if not isinstance(layer, Module) or layer.path[:n] != graph.path or layer.graph is graph:
+            raise GraphError(
+                f"{self.name}: the repeated layer must be a module bound below this node, got "
+                f"{getattr(layer, 'name', type(layer).__name__)}. Build it on a child: "
+                "bx.Repeat(node, Block(node / 'block', ...), num_layers, rng=rng)."
+            )
+        self.layer, self.num_layers, self.rng = layer, num_layers, rng
+        self.remat, self.logical_axis = remat, logical_axis
+
+    def _is_mine(self, path: tuple[str, ...], _: Any = None) -> bool:
+        prefix = self.layer.path
+        return path[: len(prefix)] == prefix
+
+    def __call__(self, params: Params, x: Any, **kwargs: Any) -> tuple[Any, Params]:
+        if not any(self._is_mine(p) for p in params):
+            params = self._init(params, x, kwargs)
+        stacked, rest = params.split(self._is_mine)
+
+        def step(carry: tuple[Any, Params], layer_params: Params) -> Any:
+            h, outer = carry
+            h, merged = self.layer(outer.merge(layer_params), h, **kwargs)
+            new_layer, outer = merged.split(self._is_mine)
+            return (h, outer), new_layer
+
+        body = jax.checkpoint(step) if self.remat else step
+        (y, rest), stacked = jax.lax.scan(body, (x, rest), stacked)
+        return y, params.merge(rest).merge(stacked)
+
+    def _init(self, params: Params, x: Any, kwargs: dict[str, Any]) -> Params:
+        if params.is_locked:
+            raise LockedParamsError(
+                f"{self.name}: no parameters under {'/'.join(self.layer.path)} and the params "
+                "are locked, so the stacked layer cannot be created. Initialise on unlocked "
+                "params first (params.unlocked()), then lock."
+            )
+        if self.rng is None:
+            raise RngError(
+                f"{self.name} initialises {self.num_layers} copies with distinct keys and needs "
+                "an Rng: bx.Repeat(node, layer, num_layers, rng=rng)."
+            )
+        key, params = self.rng(params)
+
+        def one(i: jax.Array) -> Params:
+            p = self.rng.seed(params, seed=jax.random.fold_in(key, i))
+            _, p = self.layer(p, x, **kwargs)
+            return p.split(self._is_mine)[0]
+
+        stacked = jax.vmap(one)(jnp.arange(self.num_layers))
+        for path, entry in stacked.items():
+            params = params._with(path, self._stacked_param(entry))
+        return params
+
+    def _stacked_param(self, entry: Param) -> Param:
+        axes = entry.logical_axes
+        if axes is None:
+            return entry
+        return entry.replace(
+            metadata={**entry.metadata, "logical_axes": (self.logical_axis, *axes)}
+        )

@@ -1,0 +1,165 @@
+"""``Sequential`` (a chain of modules and plain functions) and ``MLP``."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ._dropout import Dropout
+from ._graph import Graph
+from ._linear import Linear
+from ._module import Initializer, Module
+from ._params import Params
+from ._rng import Rng
+
+
+def _accepted_kwargs(fn: Callable[..., Any]) -> frozenset[str] | None:
+    """Keyword names ``fn`` accepts; ``None`` when it takes ``**kwargs`` (accepts all)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return frozenset()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    return frozenset(sig.parameters)
+
+
+class Sequential(Module):
+    """Run layers in order: modules as ``x, params = layer(params, x)``, functions as ``x = f(x)``.
+
+    Keyword arguments of the call go to each module that accepts them (``is_training=`` reaches
+    ``Dropout`` and ``BatchNorm`` but not ``Linear``).
+
+    Args:
+        graph: the node to bind to (the layers bind to their own nodes, usually children).
+        layers: modules and plain ``x -> x`` functions such as ``jax.nn.relu``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> import blox as bx
+        >>> graph = bx.Graph('net')
+        >>> rng = bx.Rng(graph / 'rng')
+        >>> seq = graph / 'seq'
+        >>> model = bx.Sequential(seq, [
+        ...     bx.Linear(seq / 'l1', 8, rng=rng), jax.nn.relu,
+        ...     bx.Dropout(seq / 'drop', 0.1, rng=rng), bx.Linear(seq / 'l2', 2, rng=rng)])
+        >>> y, params = model(rng.seed(bx.Params(), seed=0), jnp.ones((4, 3)), is_training=True)
+        >>> y.shape
+        (4, 2)
+    """
+
+    def __init__(self, graph: Graph, layers: Sequence[Module | Callable[[Any], Any]]) -> None:
+        super().__init__(graph)
+        self.layers = list(layers)
+        for i, layer in enumerate(self.layers):
+            if not callable(layer):
+                raise TypeError(
+                    f"{self.name}: layer {i} is a {type(layer).__name__}, which is not callable. "
+                    "Layers are blox modules or functions x -> x."
+                )
+        self._kwargs = [
+            _accepted_kwargs(layer.__call__) if isinstance(layer, Module) else frozenset()
+            for layer in self.layers
+        ]
+
+    def __call__(self, params: Params, x: Any, **kwargs: Any) -> tuple[Any, Params]:
+        used: set[str] = set()
+        for layer, accepted in zip(self.layers, self._kwargs):
+            if isinstance(layer, Module):
+                mine = {k: v for k, v in kwargs.items() if accepted is None or k in accepted}
+                used.update(mine)
+                x, params = layer(params, x, **mine)
+            else:
+                x = layer(x)
+        unused = set(kwargs) - used
+        if unused:
+            raise TypeError(
+                f"{self.name} got keyword arguments {sorted(unused)} that none of its layers "
+                "accepts. Check the spelling, or drop them."
+            )
+        return x, params
+
+
+class MLP(Module):
+    """A stack of ``Linear`` layers with an activation between them (and optional dropout).
+
+    Layers are named ``linear_0``, ``linear_1``, ...; with ``dropout_rate`` the call needs
+    ``is_training=``.
+
+    Args:
+        graph: the node to bind to.
+        output_sizes: features of each layer, e.g. ``[128, 128, 10]``.
+        rng: draws init keys (and dropout masks).
+        activation: applied after every layer but the last (and the last too when
+            ``activate_final``).
+        activate_final: see above.
+        dropout_rate: dropout after each hidden activation (``None``: none).
+        use_bias, kernel_init, bias_init, dtype, param_dtype: passed to every ``Linear``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import blox as bx
+        >>> graph = bx.Graph('net')
+        >>> rng = bx.Rng(graph / 'rng')
+        >>> mlp = bx.MLP(graph / 'mlp', [16, 16, 3], rng=rng)
+        >>> y, params = mlp(rng.seed(bx.Params(), seed=0), jnp.ones((5, 4)))
+        >>> y.shape, len(params)
+        ((5, 3), 8)
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        output_sizes: Sequence[int],
+        *,
+        rng: Rng | None = None,
+        activation: Callable[[jax.Array], jax.Array] = jax.nn.gelu,
+        activate_final: bool = False,
+        dropout_rate: float | None = None,
+        use_bias: bool = True,
+        kernel_init: Initializer | None = None,
+        bias_init: Initializer = jax.nn.initializers.zeros,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+    ) -> None:
+        super().__init__(graph)
+        self.activation = activation
+        self.activate_final = activate_final
+        self.layers = [
+            Linear(
+                graph / f"linear_{i}",
+                size,
+                rng=rng,
+                use_bias=use_bias,
+                kernel_init=kernel_init,
+                bias_init=bias_init,
+                dtype=dtype,
+                param_dtype=param_dtype,
+            )  # fmt: skip
+            for i, size in enumerate(output_sizes)
+        ]
+        self.dropouts = [
+            Dropout(graph / f"dropout_{i}", dropout_rate, rng=rng) if dropout_rate else None
+            for i in range(len(self.layers))
+        ]
+
+    def __call__(
+        self, params: Params, x: jax.Array, *, is_training: bool | None = None
+    ) -> tuple[jax.Array, Params]:
+        last = len(self.layers) - 1
+        for i, (layer, drop) in enumerate(zip(self.layers, self.dropouts)):
+            x, params = layer(params, x)
+            if i < last or self.activate_final:
+                x = self.activation(x)
+                if drop is not None and i < last:
+                    if is_training is None:
+                        raise TypeError(
+                            f"{self.name} has dropout, so its call needs is_training=True "
+                            "(training) or False (evaluation)."
+                        )
+                    x, params = drop(params, x, is_training=is_training)
+        return x, params
