@@ -8,9 +8,6 @@ import json
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-os.environ["JAX_PLATFORMS"] = "cpu"
-
 
 def computation(mesh, batch_fn):
     """The flow the test checks: sharded init, a global batch, a jitted loss over both."""
@@ -53,6 +50,9 @@ def computation(mesh, batch_fn):
 
 def main() -> None:
     pid, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    # Set here, not at import: the test imports this module for `computation` (8 devices).
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
     import jax.experimental.multihost_utils
 
