@@ -185,3 +185,12 @@ def test_load_errors(tmp_path):
     (tmp_path / "other" / "lox-index.jsonl").write_text(header + "\n")
     with pytest.raises(ValueError, match=r"newer lox \(format version 99.*Upgrade lox-logging"):
         load(tmp_path / "other")
+
+
+def test_save_inside_jit_is_refused_with_a_hint(tmp_path):
+    def traced(logs):
+        save(logs, tmp_path)
+        return logs
+
+    with pytest.raises(TypeError, match=r"key 'x' holds a traced value .*lox.SaveLogger"):
+        jax.jit(traced)(logdict({"x": jnp.zeros(1)}))

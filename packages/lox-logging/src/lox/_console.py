@@ -103,11 +103,12 @@ class ConsoleLogger(HostLogger):
         precision: significant digits for floats.
 
     Example:
-        >>> import jax.numpy as jnp
-        >>> logger = ConsoleLogger()
+        >>> import jax.numpy as jnp, lox
+        >>> logger = lox.ConsoleLogger()
         >>> state = logger.init()
-        >>> state = logger.log(state, logdict({'loss': jnp.array([0.25]), 'w': jnp.ones((1, 2))},
-        ...                                   {'loss': {'step': jnp.array([3])}}))
+        >>> logs = lox.logdict({'loss': jnp.array([0.25]), 'w': jnp.ones((1, 2))},
+        ...                    {'loss': {'step': jnp.array([3])}})
+        >>> state = logger.log(state, logs)
         step=3 | loss=0.25
         w=float32[2](mean=1 min=1 max=1)
         >>> logger.finish(state)

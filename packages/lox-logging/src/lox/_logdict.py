@@ -269,9 +269,9 @@ class logdict(Mapping[str, PyTree]):
             counts disagree within one key.
 
     Example:
-        >>> import jax.numpy as jnp
-        >>> logs = logdict({'loss': jnp.array([3.0, 2.0, 1.0])},
-        ...                steps={'loss': {'step': jnp.array([0, 1, 2])}})
+        >>> import jax.numpy as jnp, lox
+        >>> logs = lox.logdict({'loss': jnp.array([3.0, 2.0, 1.0])},
+        ...                    steps={'loss': {'step': jnp.array([0, 1, 2])}})
         >>> logs
         logdict({'loss': float32[3]}, steps={'loss': ['step']})
         >>> logs['loss'].tolist(), logs.steps['loss']['step'].tolist()

@@ -39,8 +39,8 @@ class LoggerState:
             per lane).
 
     Example:
-        >>> import jax.numpy as jnp
-        >>> LoggerState(run=jnp.int32(0))
+        >>> import jax.numpy as jnp, lox
+        >>> lox.LoggerState(run=jnp.int32(0))
         LoggerState(run=Array(0, dtype=int32))
     """
 
@@ -56,17 +56,21 @@ class Logger(abc.ABC):
     inside a callback (``tap`` calls ``write`` there).
 
     Example:
-        >>> import jax, jax.numpy as jnp
-        >>> class Count(Logger):
+        >>> import jax, jax.numpy as jnp, lox
+        >>> class Count(lox.Logger):  # counts logged events in its state
         ...     def init(self, key=None):
         ...         return jnp.int32(0)
         ...     def log(self, state, logs):
         ...         return state + sum(len(jax.tree.leaves(v)[0]) for v in logs.values())
         ...     def finish(self, state):
         ...         pass
-        >>> f = lambda x: x * 2  # would hold lox.log sites
-        >>> Count().log(jnp.int32(0), logdict({'x': jnp.zeros(3)})).item()
-        3
+        >>> def f(x):
+        ...     lox.log({'x': x})
+        ...     return x + 1
+        >>> logger = Count()
+        >>> out, state = jax.jit(logger.spool(f, logger.init()))(1.0)
+        >>> out.item(), state.item()
+        (2.0, 1)
     """
 
     @abc.abstractmethod
@@ -286,14 +290,13 @@ class SaveLogger(HostLogger):
         path: the parent folder of the run folders.
 
     Example:
-        >>> import tempfile, os, jax.numpy as jnp
-        >>> from lox._save import load
+        >>> import tempfile, os, jax.numpy as jnp, lox
         >>> folder = tempfile.mkdtemp()
-        >>> logger = SaveLogger(folder)
+        >>> logger = lox.SaveLogger(folder)
         >>> state = logger.init()
-        >>> state = logger.log(state, logdict({'loss': jnp.array([0.5])}))
+        >>> state = logger.log(state, lox.logdict({'loss': jnp.array([0.5])}))
         >>> logger.finish(state)
-        >>> load(os.path.join(folder, 'run_0'))['loss'].tolist()
+        >>> lox.load(os.path.join(folder, 'run_0'))['loss'].tolist()
         [0.5]
     """
 
@@ -316,11 +319,10 @@ class MultiLogger(Logger):
     """Send every log to several loggers; its state is the tuple of their states.
 
     Example:
-        >>> import tempfile, jax.numpy as jnp
-        >>> from lox._console import ConsoleLogger
-        >>> logger = MultiLogger(ConsoleLogger(), SaveLogger(tempfile.mkdtemp()))
+        >>> import tempfile, jax.numpy as jnp, lox
+        >>> logger = lox.MultiLogger(lox.ConsoleLogger(), lox.SaveLogger(tempfile.mkdtemp()))
         >>> state = logger.init()
-        >>> state = logger.log(state, logdict({'loss': jnp.array([0.5])}))
+        >>> state = logger.log(state, lox.logdict({'loss': jnp.array([0.5])}))
         loss=0.5
         >>> logger.finish(state)
     """

@@ -118,6 +118,12 @@ def _write_lines(path: str, entries: list[dict[str, Any]], index: _Index, *, tru
 
 
 def _host_leaf(key: str, x: Any) -> np.ndarray:
+    if isinstance(x, jax.core.Tracer):
+        raise TypeError(
+            f"lox.save: key {key!r} holds a traced value ({x.aval}): save writes files, so it "
+            "runs outside jit/vmap/grad. Return the logs from the traced function (lox.spool) "
+            "and save them after, or log through lox.SaveLogger, which saves from a callback."
+        )
     arr = np.asarray(jax.device_get(x))
     if arr.dtype.hasobject:
         raise TypeError(
@@ -179,12 +185,12 @@ def save(logs: logdict, path: str | os.PathLike[str]) -> None:
         FileExistsError: ``path`` is a file.
 
     Example:
-        >>> import tempfile, jax.numpy as jnp
-        >>> from lox._logdict import logdict
+        >>> import tempfile, jax.numpy as jnp, lox
         >>> folder = tempfile.mkdtemp()
-        >>> save(logdict({'loss': jnp.array([0.5])}, {'loss': {'step': jnp.array([0])}}), folder)
-        >>> save(logdict({'loss': jnp.array([0.25])}, {'loss': {'step': jnp.array([1])}}), folder)
-        >>> logs = load(folder)
+        >>> steps = lambda i: {'loss': {'step': jnp.array([i])}}
+        >>> lox.save(lox.logdict({'loss': jnp.array([0.5])}, steps(0)), folder)
+        >>> lox.save(lox.logdict({'loss': jnp.array([0.25])}, steps(1)), folder)
+        >>> logs = lox.load(folder)
         >>> logs['loss'].tolist(), logs.steps['loss']['step'].tolist()
         ([0.5, 0.25], [0, 1])
     """
@@ -293,11 +299,10 @@ def load(path: str | os.PathLike[str]) -> logdict:
         ValueError: the save is damaged or from a newer lox.
 
     Example:
-        >>> import tempfile, numpy as np
-        >>> from lox._logdict import logdict
+        >>> import tempfile, numpy as np, lox
         >>> folder = tempfile.mkdtemp()
-        >>> save(logdict({'p': {'w': np.ones((1, 2))}}), folder)
-        >>> load(folder)
+        >>> lox.save(lox.logdict({'p': {'w': np.ones((1, 2))}}), folder)
+        >>> lox.load(folder)
         logdict({'p': {'w': float64[1,2]}})
     """
     path = os.fspath(path)

@@ -71,10 +71,10 @@ class WandbLogger(HostLogger):
             ``config``, ``dir``, ``mode``, ...).
 
     Example:
-        >>> import jax.numpy as jnp
-        >>> logger = WandbLogger(project='demo', mode='disabled')
+        >>> import jax.numpy as jnp, lox
+        >>> logger = lox.WandbLogger(project='demo', mode='disabled')
         >>> state = logger.init()
-        >>> state = logger.log(state, logdict({'loss': jnp.array([0.5])}))
+        >>> state = logger.log(state, lox.logdict({'loss': jnp.array([0.5])}))
         >>> logger.finish(state)
     """
 
