@@ -416,3 +416,16 @@ def test_grad_through_logger_spool_logs_primal_values():
     grads = done(jax.jit(jax.grad(lambda p: rec.spool(loss, state)(p)[0]))(jnp.ones(3)))
     assert tolist(grads) == [2.0, 2.0, 2.0]
     assert rec.written == [("handle0", 0, {"loss": [3.0]}, {"loss": {"step": [0]}})]
+
+
+def test_save_logger_flush_every_buffers_until_finish(tmp_path):
+    logger = SaveLogger(tmp_path, flush_every=2)
+    state = logger.init()
+    for step in range(3):
+        state = logger.log(state, metrics(float(step), step))
+    assert tolist(load(tmp_path / "run_0")["loss"]) == [0.0, 1.0]  # one chunk of two calls
+    logger.finish(state)
+    assert tolist(load(tmp_path / "run_0").steps["loss"]["step"]) == [0, 1, 2]
+    assert len(os.listdir(tmp_path / "run_0" / "chunks")) == 2
+    with pytest.raises(ValueError, match=r"flush_every must be a positive int, got 0"):
+        SaveLogger(tmp_path, flush_every=0)

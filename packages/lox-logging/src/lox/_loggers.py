@@ -229,7 +229,7 @@ class HostLogger(Logger):
         handle = self.open_run(run, None if key is None else np.asarray(key))
         with self._lock:
             self._runs[run] = handle
-        return np.int32(run)
+        return np.asarray(run, np.int32)
 
     def _host_log(self, state: LoggerState, logs: logdict) -> LoggerState:
         self._host_write(state, logs)
@@ -288,6 +288,9 @@ class SaveLogger(HostLogger):
 
     Args:
         path: the parent folder of the run folders.
+        flush_every: save after this many ``log`` calls (and at ``finish``). Each save is one
+            chunk file; logging every step of a long run, buffer (e.g. 100) to keep the
+            folder small, at the price of losing up to that many calls in a crash.
 
     Example:
         >>> import tempfile, os, jax.numpy as jnp, lox
@@ -300,18 +303,38 @@ class SaveLogger(HostLogger):
         [0.5]
     """
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], *, flush_every: int = 1):
+        if not isinstance(flush_every, int) or flush_every < 1:
+            raise ValueError(
+                f"SaveLogger: flush_every must be a positive int, got {flush_every!r}. Use 1 "
+                "to save at every log call, or e.g. 100 to save every 100 calls."
+            )
         super().__init__()
         self.path = os.fspath(path)
+        self.flush_every = flush_every
 
     def __repr__(self) -> str:
-        return f"SaveLogger({self.path!r})"
+        return f"SaveLogger({self.path!r}, flush_every={self.flush_every})"
 
     def run_path(self, run: int) -> str:
         """The folder of run number ``run``."""
         return os.path.join(self.path, f"run_{int(run)}")
 
-    def write_run(self, handle: Any, run: int, logs: logdict) -> None:
+    def open_run(self, run: int, key: np.ndarray | None) -> list[logdict]:
+        return []  # logs waiting to be saved
+
+    def write_run(self, handle: list[logdict], run: int, logs: logdict) -> None:
+        handle.append(logs)
+        if len(handle) >= self.flush_every:
+            self._flush(handle, run)
+
+    def close_run(self, handle: list[logdict] | None, run: int) -> None:
+        if handle:
+            self._flush(handle, run)
+
+    def _flush(self, pending: list[logdict], run: int) -> None:
+        logs = sum(pending[1:], pending[0])
+        pending.clear()
         save(logs, self.run_path(run))
 
 
