@@ -429,3 +429,18 @@ def test_save_logger_flush_every_buffers_until_finish(tmp_path):
     assert len(os.listdir(tmp_path / "run_0" / "chunks")) == 2
     with pytest.raises(ValueError, match=r"flush_every must be a positive int, got 0"):
         SaveLogger(tmp_path, flush_every=0)
+
+
+def test_state_from_a_sharded_jit_feeds_the_next_call():
+    if jax.device_count() < 2:
+        pytest.skip("needs several devices (the lox conftest fakes 8 CPUs)")
+    mesh = jax.make_mesh((jax.device_count(),), ("d",))
+    spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "d"))
+    values = jax.device_put(jnp.ones((1, 2 * jax.device_count())), spec)
+    rec = Recorder()
+    state = rec.init()
+    step = jax.jit(lambda s, v: rec.log(rec.log(s, logdict({"v": v})), logdict({"v": 2 * v})))
+    for _ in range(2):  # a callback output would come back single-device and be refused here
+        state = step(state, values)
+    rec.finish(done(state))
+    assert [w[2]["v"][0][0] for w in rec.written] == [1.0, 2.0, 1.0, 2.0]

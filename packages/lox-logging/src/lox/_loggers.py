@@ -195,8 +195,8 @@ class HostLogger(Logger):
     def log(self, state: LoggerState, logs: logdict) -> LoggerState:
         """Send ``logs`` to the run named by ``state``; returns the state (after the host wrote).
 
-        The returned state depends on the callback's result, so successive logs through one
-        state happen in order.
+        The returned state depends on the callback, so successive logs through one state
+        happen in order.
         """
         _check_log_args(type(self).__name__, state, logs)
         if not _is_traced((state, logs)):
@@ -204,11 +204,15 @@ class HostLogger(Logger):
             # earlier (asynchronous) log that produced this state, which keeps the order.
             self._host_write(state, logs)
             return state
-        spec = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), x.dtype), state)
         # Logged values carry no gradient: without this, `jax.grad` through a function that
         # logs (e.g. of `logger.spool(f, state)`) fails, as io_callback has no JVP rule.
         logs = jax.lax.stop_gradient(logs)
-        return io_callback(self._host_log, spec, state, logs)
+        done = io_callback(self._host_log, jax.ShapeDtypeStruct((), jnp.int32), state, logs)
+        # The new state waits for the callback (so logs through one state stay in order) but
+        # is not its output: on a multi-device mesh a callback's output has a single-device
+        # "maximal" sharding, which the next jit call would refuse as an input.
+        state, _ = jax.lax.optimization_barrier((state, done))
+        return state
 
     def finish(self, state: LoggerState) -> None:
         """Close the run(s) in ``state``; a batched state (from ``vmap(init)``) closes each."""
@@ -231,9 +235,9 @@ class HostLogger(Logger):
             self._runs[run] = handle
         return np.asarray(run, np.int32)
 
-    def _host_log(self, state: LoggerState, logs: logdict) -> LoggerState:
+    def _host_log(self, state: LoggerState, logs: logdict) -> np.ndarray:
         self._host_write(state, logs)
-        return jax.tree.map(np.asarray, state)
+        return np.zeros((), np.int32)
 
     def _host_write(self, state: LoggerState, logs: logdict) -> None:
         run = int(np.asarray(state.run))
