@@ -79,8 +79,9 @@ def test_missing_param_without_init_lists_near_matches():
 def test_set_param_updates_and_checks():
     class Acc(bx.Module):
         def __call__(self, params, x):
-            total, params = self.get_param(params, "total", x.shape, jnp.zeros(x.shape),
-                                           trainable=False)  # fmt: skip
+            total, params = self.get_param(
+                params, "total", x.shape, jnp.zeros(x.shape), trainable=False
+            )
             return total + x, self.set_param(params, "total", total + x)
 
     acc = Acc(bx.Graph("net") / "acc")
@@ -96,7 +97,7 @@ def test_set_param_updates_and_checks():
 
 def test_initializer_needing_a_key_without_rng():
     lin = bx.Linear(bx.Graph("net") / "lin", 2)
-    with pytest.raises(TypeError, match=r"initializer of net/lin/kernel failed with key=None.*rng="):
+    with pytest.raises(TypeError, match=r"initializer of net/lin/kernel failed with key=None.*rng"):
         lin(bx.Params(), jnp.ones((1, 3)))
 
 
@@ -111,8 +112,12 @@ def test_unseeded_rng_names_path_and_fix():
 
 
 def test_logical_axes_metadata_is_validated():
-    lin = bx.Linear(bx.Graph("net") / "lin", 2, kernel_metadata={"logical_axes": ("embed",)},
-                    kernel_init=jax.nn.initializers.zeros)  # fmt: skip
+    lin = bx.Linear(
+        bx.Graph("net") / "lin",
+        2,
+        kernel_metadata={"logical_axes": ("embed",)},
+        kernel_init=jax.nn.initializers.zeros,
+    )
     with pytest.raises(ValueError, match=r"net/lin/kernel: logical_axes \('embed',\).*2 dim"):
         lin(bx.Params(), jnp.ones((1, 3)))
 

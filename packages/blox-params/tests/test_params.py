@@ -4,15 +4,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from core_primitives import has_logical_axes
 
 import blox as bx
+from core_primitives import has_logical_axes
 
 
 def _params() -> bx.Params:
     return bx.Params(
         {
-            ("net", "l1", "kernel"): bx.Param(jnp.ones((2, 3)), metadata={"logical_axes": ("a", "b")}),
+            ("net", "l1", "kernel"): bx.Param(
+                jnp.ones((2, 3)), metadata={"logical_axes": ("a", "b")}
+            ),
             ("net", "rng", "counter"): bx.Param(jnp.zeros((), jnp.uint32), trainable=False),
             ("net", "l1", "bias"): bx.Param(jnp.zeros(3)),
         }
@@ -60,7 +62,7 @@ def test_mapping_interface():
     path = ("net", "l1", "kernel")
     assert path in params and ("nope",) not in params
     assert params.get(("nope",)) is None
-    assert list(params.keys())[0] == path
+    assert next(iter(params.keys())) == path
     assert dict(params.items())[path] is params[path]
 
 

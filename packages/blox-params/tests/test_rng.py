@@ -29,7 +29,9 @@ def _kernel(params):
     return params[("net", "lin", "kernel")].value
 
 
-@pytest.mark.parametrize("seed", [3, np.int64(3), np.int32(3), jnp.array(3), jnp.array(3, jnp.uint32)])
+@pytest.mark.parametrize(
+    "seed", [3, np.int64(3), np.int32(3), jnp.array(3), jnp.array(3, jnp.uint32)]
+)
 def test_integer_seeds_agree(seed):
     _, _, init = _model()
     np.testing.assert_array_equal(_kernel(init(seed)), _kernel(init(3)))
@@ -99,7 +101,10 @@ def test_per_lane_masks_with_replicated_params():
     ys, new = jax.vmap(apply, in_axes=(None, 0), out_axes=(0, None), axis_name="batch")(params, x)
     masks = [tuple(np.asarray(y != 0).ravel()) for y in ys]
     assert len(set(masks)) > 1
-    assert int(new[("net", "rng", "counter")].value) == int(params[("net", "rng", "counter")].value) + 1
+    assert (
+        int(new[("net", "rng", "counter")].value)
+        == int(params[("net", "rng", "counter")].value) + 1
+    )
 
 
 def test_without_fold_in_axes_lanes_share_masks():

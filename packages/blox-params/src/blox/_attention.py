@@ -116,8 +116,9 @@ class MultiHeadAttention(Module):
         w, params = self.get_param(params, name, shape, self.kernel_init, self.param_dtype)
         b = None
         if self.use_bias:
-            b, params = self.get_param(params, f"{name}_bias", shape[1:],
-                                       jax.nn.initializers.zeros, self.param_dtype)  # fmt: skip
+            b, params = self.get_param(
+                params, f"{name}_bias", shape[1:], jax.nn.initializers.zeros, self.param_dtype
+            )
         x, w, b = promote(self.dtype, x, w, b)
         y = jnp.einsum("...d,dhk->...hk", x, w)
         return (y + b if b is not None else y), params
@@ -148,8 +149,7 @@ class MultiHeadAttention(Module):
         groups = self.num_heads // self.num_kv_heads
         out = jnp.einsum("...kgts,...skd->...tkgd", weights.astype(v.dtype), v)
         out = out.reshape(*out.shape[:-3], self.num_heads, self.head_dim)
-        return self._output(params, out, x.shape[-1] if self.output_size is None else None,
-                            groups)  # fmt: skip
+        return self._output(params, out, x.shape[-1] if self.output_size is None else None, groups)
 
     def _weights(self, q: jax.Array, k: jax.Array, mask: jax.Array | None) -> jax.Array:
         groups = self.num_heads // self.num_kv_heads
@@ -194,8 +194,9 @@ class MultiHeadAttention(Module):
         w, params = self.get_param(params, "out", shape, init, self.param_dtype)
         b = None
         if self.use_bias:
-            b, params = self.get_param(params, "out_bias", (size,), jax.nn.initializers.zeros,
-                                       self.param_dtype)  # fmt: skip
+            b, params = self.get_param(
+                params, "out_bias", (size,), jax.nn.initializers.zeros, self.param_dtype
+            )
         out, w, b = promote(self.dtype, out, w, b)
         y = jnp.einsum("...hk,hko->...o", out, w)
         return (y + b if b is not None else y), params

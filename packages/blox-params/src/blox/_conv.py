@@ -103,15 +103,23 @@ class _ConvBase(Module):
 
     def _params(self, params: Params, shape: tuple[int, ...]) -> tuple[Any, Any, Params]:
         kernel, params = self.get_param(
-            params, "kernel", shape, self.kernel_init, self.param_dtype,
+            params,
+            "kernel",
+            shape,
+            self.kernel_init,
+            self.param_dtype,
             metadata=self.kernel_metadata,
-        )  # fmt: skip
+        )
         bias = None
         if self.use_bias:
             bias, params = self.get_param(
-                params, "bias", (self.output_channels,), self.bias_init, self.param_dtype,
+                params,
+                "bias",
+                (self.output_channels,),
+                self.bias_init,
+                self.param_dtype,
                 metadata=self.bias_metadata,
-            )  # fmt: skip
+            )
         return kernel, bias, params
 
 
@@ -171,8 +179,11 @@ class Conv(_ConvBase):
                 f"{self.name}: {in_features} input channels are not divisible by "
                 f"feature_group_count={groups}."
             )
-        shape = (*_tuple(self.kernel_size, n, "kernel_size", self), in_features // groups,
-                 self.output_channels)  # fmt: skip
+        shape = (
+            *_tuple(self.kernel_size, n, "kernel_size", self),
+            in_features // groups,
+            self.output_channels,
+        )
         kernel, bias, params = self._params(params, shape)
         x, kernel, bias = promote(self.dtype, x, kernel, bias)
         y = jax.lax.conv_general_dilated(
@@ -216,8 +227,11 @@ class ConvTranspose(_ConvBase):
         if not batched:
             y, params = self(params, x[None])
             return y[0], params
-        shape = (*_tuple(self.kernel_size, n, "kernel_size", self), x.shape[-1],
-                 self.output_channels)  # fmt: skip
+        shape = (
+            *_tuple(self.kernel_size, n, "kernel_size", self),
+            x.shape[-1],
+            self.output_channels,
+        )
         kernel, bias, params = self._params(params, shape)
         x, kernel, bias = promote(self.dtype, x, kernel, bias)
         y = jax.lax.conv_transpose(

@@ -75,15 +75,23 @@ class Linear(Module):
         x = _at_least_1d(x, self)
         shape = (x.shape[-1], self.output_size)
         kernel, params = self.get_param(
-            params, "kernel", shape, self.kernel_init, self.param_dtype,
+            params,
+            "kernel",
+            shape,
+            self.kernel_init,
+            self.param_dtype,
             metadata=self.kernel_metadata,
-        )  # fmt: skip
+        )
         bias = None
         if self.use_bias:
             bias, params = self.get_param(
-                params, "bias", (self.output_size,), self.bias_init, self.param_dtype,
+                params,
+                "bias",
+                (self.output_size,),
+                self.bias_init,
+                self.param_dtype,
                 metadata=self.bias_metadata,
-            )  # fmt: skip
+            )
         x, kernel, bias = promote(self.dtype, x, kernel, bias)
         y = x @ kernel
         return (y + bias if bias is not None else y), params
@@ -138,9 +146,13 @@ class Embed(Module):
     def _table(self, params: Params) -> tuple[jax.Array, Params]:
         shape = (self.vocab_size, self.embed_dim)
         return self.get_param(
-            params, "embedding", shape, self.embedding_init, self.param_dtype,
+            params,
+            "embedding",
+            shape,
+            self.embedding_init,
+            self.param_dtype,
             metadata=self.metadata,
-        )  # fmt: skip
+        )
 
     def __call__(self, params: Params, ids: jax.Array) -> tuple[jax.Array, Params]:
         ids = jnp.asarray(ids)
@@ -154,7 +166,7 @@ class Embed(Module):
         return jnp.take(table, ids, axis=0), params
 
     def attend(self, params: Params, x: jax.Array) -> tuple[jax.Array, Params]:
-        """Logits ``x @ table.T`` (``(..., embed_dim)`` -> ``(..., vocab_size)``) for tied weights."""
+        """Tied-weight logits ``x @ table.T``: ``(..., embed_dim)`` -> ``(..., vocab_size)``."""
         table, params = self._table(params)
         if x.shape[-1:] != (self.embed_dim,):
             raise ValueError(

@@ -113,14 +113,15 @@ class Module:
             >>> import blox as bx
             >>> class Bias(bx.Module):
             ...     def __call__(self, params, x):
-            ...         b, params = self.get_param(params, 'b', x.shape[-1:], jnp.zeros(x.shape[-1:]))
+            ...         n = x.shape[-1:]
+            ...         b, params = self.get_param(params, 'b', n, jnp.zeros(n))
             ...         return x + b, params
             >>> bias = Bias(bx.Graph('net') / 'bias')
             >>> _, params = bias(bx.Params(), jnp.ones(3))
             >>> bias(params.locked(), jnp.ones(4))
             Traceback (most recent call last):
             ...
-            blox._errors.ParamShapeError: Parameter net/bias/b has shape (3,), but Bias net/bias asked for (4,). ...
+            blox._errors.ParamShapeError: Parameter net/bias/b has shape (3,), but ... (4,). ...
         """
         path = (*self.graph.path, name)
         entry = params.get(path)

@@ -68,14 +68,22 @@ class _AffineNorm(Module):
         scale = bias = None
         if self.use_scale:
             scale, params = self.get_param(
-                params, "scale", shape, self.scale_init, self.param_dtype,
+                params,
+                "scale",
+                shape,
+                self.scale_init,
+                self.param_dtype,
                 metadata=self.scale_metadata,
-            )  # fmt: skip
+            )
         if self.use_bias:
             bias, params = self.get_param(
-                params, "bias", shape, self.bias_init, self.param_dtype,
+                params,
+                "bias",
+                shape,
+                self.bias_init,
+                self.param_dtype,
                 metadata=self.bias_metadata,
-            )  # fmt: skip
+            )
         x, scale, bias = promote(self.dtype, x, scale, bias)
         y = y.astype(x.dtype)
         if scale is not None:
@@ -104,8 +112,9 @@ class LayerNorm(_AffineNorm):
         [-1.225, 0.0, 1.225]
     """
 
-    def __init__(self, graph: Graph, *, axis: int | Sequence[int] = -1, eps: float = 1e-5,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self, graph: Graph, *, axis: int | Sequence[int] = -1, eps: float = 1e-5, **kwargs: Any
+    ) -> None:
         super().__init__(graph, eps=eps, **kwargs)
         self.axis = axis
 
@@ -140,8 +149,15 @@ class RMSNorm(_AffineNorm):
         [0.849, 1.131]
     """
 
-    def __init__(self, graph: Graph, *, axis: int | Sequence[int] = -1, eps: float = 1e-6,
-                 use_bias: bool = False, **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        graph: Graph,
+        *,
+        axis: int | Sequence[int] = -1,
+        eps: float = 1e-6,
+        use_bias: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(graph, eps=eps, use_bias=use_bias, **kwargs)
         self.axis = axis
 
@@ -191,8 +207,15 @@ class BatchNorm(_AffineNorm):
         ([-1.0, 1.0], (1,))
     """
 
-    def __init__(self, graph: Graph, *, momentum: float = 0.99, eps: float = 1e-5,
-                 axis_name: str | None = None, **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        graph: Graph,
+        *,
+        momentum: float = 0.99,
+        eps: float = 1e-5,
+        axis_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(graph, eps=eps, **kwargs)
         self.momentum = momentum
         self.axis_name = axis_name
@@ -202,10 +225,10 @@ class BatchNorm(_AffineNorm):
     ) -> tuple[jax.Array, Params]:
         x = jnp.asarray(x)
         features = x.shape[-1:]
-        mean, params = self.get_param(params, "mean", features, _zeros, jnp.float32,
-                                      trainable=False)  # fmt: skip
-        var, params = self.get_param(params, "var", features, _ones, jnp.float32,
-                                     trainable=False)  # fmt: skip
+        mean, params = self.get_param(
+            params, "mean", features, _zeros, jnp.float32, trainable=False
+        )
+        var, params = self.get_param(params, "var", features, _ones, jnp.float32, trainable=False)
         x32 = x.astype(jnp.float32)
         if is_training:
             batch_mean, batch_var = self._batch_stats(params, x32)
@@ -237,7 +260,7 @@ class BatchNorm(_AffineNorm):
 
 
 class GroupNorm(_AffineNorm):
-    """Normalise channel groups: inputs ``(batch, ..., channels)``, statistics per example and group.
+    """Normalise channel groups of ``(batch, ..., channels)``, per example and group.
 
     Statistics reduce over every axis except the first (batch) and over the channels of each
     group; for a single unbatched example add a leading axis (``x[None]``).
@@ -258,8 +281,7 @@ class GroupNorm(_AffineNorm):
         ((1, 2, 4), (4,))
     """
 
-    def __init__(self, graph: Graph, num_groups: int, *, eps: float = 1e-5,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(self, graph: Graph, num_groups: int, *, eps: float = 1e-5, **kwargs: Any) -> None:
         super().__init__(graph, eps=eps, **kwargs)
         self.num_groups = num_groups
 
@@ -272,7 +294,7 @@ class GroupNorm(_AffineNorm):
                 f"num_groups={groups}; got shape {x.shape} at {format_path(self.path)}."
             )
         grouped = x.astype(jnp.float32).reshape(*x.shape[:-1], groups, channels // groups)
-        axes = tuple(range(1, grouped.ndim - 2)) + (grouped.ndim - 1,)
+        axes = (*tuple(range(1, grouped.ndim - 2)), grouped.ndim - 1)
         mean = grouped.mean(axes, keepdims=True)
         var = jnp.square(grouped - mean).mean(axes, keepdims=True)
         y = ((grouped - mean) * jax.lax.rsqrt(var + self.eps)).reshape(x.shape)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import numpy as np
@@ -96,7 +96,7 @@ class _Aux:
     """
 
     __slots__ = ("__weakref__", "metadata", "trainable")
-    _interned: dict[tuple[bool, Metadata], _Aux] = {}
+    _interned: ClassVar[dict[tuple[bool, Metadata], _Aux]] = {}
 
     trainable: bool
     metadata: Metadata

@@ -11,8 +11,9 @@ import jax.numpy as jnp
 Padding = str | Sequence[tuple[int, int]]
 
 
-def _window(x: jax.Array, window_shape: Sequence[int], strides: Sequence[int] | None,
-            padding: Padding) -> tuple[tuple[int, ...], tuple[int, ...], Any]:  # fmt: skip
+def _window(
+    x: jax.Array, window_shape: Sequence[int], strides: Sequence[int] | None, padding: Padding
+) -> tuple[tuple[int, ...], tuple[int, ...], Any]:
     window = tuple(window_shape)
     n = len(window)
     if x.ndim != n + 2:
@@ -26,8 +27,12 @@ def _window(x: jax.Array, window_shape: Sequence[int], strides: Sequence[int] | 
     return dims, steps, pad
 
 
-def max_pool(x: jax.Array, window_shape: Sequence[int], strides: Sequence[int] | None = None,
-             padding: Padding = "VALID") -> jax.Array:  # fmt: skip
+def max_pool(
+    x: jax.Array,
+    window_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    padding: Padding = "VALID",
+) -> jax.Array:
     """Maximum over windows (strides default to the window, i.e. non-overlapping).
 
     Example:
@@ -39,8 +44,12 @@ def max_pool(x: jax.Array, window_shape: Sequence[int], strides: Sequence[int] |
     return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, dims, steps, pad)
 
 
-def min_pool(x: jax.Array, window_shape: Sequence[int], strides: Sequence[int] | None = None,
-             padding: Padding = "VALID") -> jax.Array:  # fmt: skip
+def min_pool(
+    x: jax.Array,
+    window_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    padding: Padding = "VALID",
+) -> jax.Array:
     """Minimum over windows.
 
     Example:
@@ -52,8 +61,13 @@ def min_pool(x: jax.Array, window_shape: Sequence[int], strides: Sequence[int] |
     return jax.lax.reduce_window(x, jnp.inf, jax.lax.min, dims, steps, pad)
 
 
-def avg_pool(x: jax.Array, window_shape: Sequence[int], strides: Sequence[int] | None = None,
-             padding: Padding = "VALID", count_include_pad: bool = True) -> jax.Array:  # fmt: skip
+def avg_pool(
+    x: jax.Array,
+    window_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    padding: Padding = "VALID",
+    count_include_pad: bool = True,
+) -> jax.Array:
     """Mean over windows; with ``count_include_pad=False`` padded cells are not counted.
 
     Example:

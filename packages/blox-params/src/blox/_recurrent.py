@@ -54,10 +54,12 @@ class _Recurrent(Module):
 
     def _weights(self, params: Params, in_features: int) -> tuple[dict[str, Any], Params]:
         h, g = self.hidden_size, self.gates
-        w_i, params = self.get_param(params, "w_i", (in_features, g * h), self.kernel_init,
-                                     self.param_dtype)  # fmt: skip
-        w_h, params = self.get_param(params, "w_h", (h, g * h), self.recurrent_init,
-                                     self.param_dtype)  # fmt: skip
+        w_i, params = self.get_param(
+            params, "w_i", (in_features, g * h), self.kernel_init, self.param_dtype
+        )
+        w_h, params = self.get_param(
+            params, "w_h", (h, g * h), self.recurrent_init, self.param_dtype
+        )
         b, params = self.get_param(params, "bias", (g * h,), self.bias_init, self.param_dtype)
         return {"w_i": w_i, "w_h": w_h, "bias": b}, params
 
@@ -182,8 +184,9 @@ class GRU(_Recurrent):
 
     def _weights(self, params: Params, in_features: int) -> tuple[dict[str, Any], Params]:
         w, params = super()._weights(params, in_features)
-        b_h, params = self.get_param(params, "bias_h", (3 * self.hidden_size,), self.bias_init,
-                                     self.param_dtype)  # fmt: skip
+        b_h, params = self.get_param(
+            params, "bias_h", (3 * self.hidden_size,), self.bias_init, self.param_dtype
+        )
         return {**w, "bias_h": b_h}, params
 
     def initial_state(self, batch_shape: tuple[int, ...] = (), dtype: Any = jnp.float32) -> Any:

@@ -152,7 +152,7 @@ class Rng(Module):
 
     def _to_key(self, seed: Seed) -> jax.Array:
         where = f"Rng {format_path(self.path)}.seed"
-        if isinstance(seed, bool | np.bool_) or isinstance(seed, float | complex):
+        if isinstance(seed, (bool | np.bool_, float | complex)):
             raise TypeError(
                 f"{where}: got a {type(seed).__name__} seed {seed!r}; seeds are integers or keys. "
                 "Write rng.seed(params, seed=int(s)) or pass jax.random.key(s)."

@@ -139,7 +139,7 @@ class MLP(Module):
                 bias_init=bias_init,
                 dtype=dtype,
                 param_dtype=param_dtype,
-            )  # fmt: skip
+            )
             for i, size in enumerate(output_sizes)
         ]
         self.dropouts = [

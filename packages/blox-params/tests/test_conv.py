@@ -1,0 +1,87 @@
+"""Conv and ConvTranspose in 1, 2 and 3 spatial dimensions."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import blox as bx
+
+
+def _setup():
+    graph = bx.Graph("net")
+    rng = bx.Rng(graph / "rng")
+    return graph, rng, rng.seed(bx.Params(), seed=0)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "x_shape", "y_shape"),
+    [
+        ((3,), (2, 8, 3), (2, 8, 5)),
+        ((3, 3), (2, 8, 8, 3), (2, 8, 8, 5)),
+        ((2, 2, 2), (1, 4, 4, 4, 3), (1, 4, 4, 4, 5)),
+        (3, (2, 6, 6, 3), (2, 6, 6, 5)),
+    ],
+)
+def test_conv_shapes(kernel, x_shape, y_shape):
+    graph, rng, params = _setup()
+    conv = bx.Conv(graph / "conv", 5, kernel, rng=rng)
+    y, params = conv(params, jnp.ones(x_shape))
+    assert y.shape == y_shape
+
+
+def test_conv_matches_reference_1d():
+    graph, rng, params = _setup()
+    conv = bx.Conv(graph / "conv", 1, (3,), rng=rng, padding="VALID", use_bias=False)
+    x = jnp.arange(6.0).reshape(1, 6, 1)
+    y, params = conv(params, x)
+    k = params[("net", "conv", "kernel")].value[:, 0, 0]
+    expected = np.convolve(np.arange(6.0), np.asarray(k)[::-1], mode="valid")
+    np.testing.assert_allclose(y[0, :, 0], expected, rtol=1e-5)
+
+
+def test_conv_unbatched_strides_groups_dilation():
+    graph, rng, params = _setup()
+    conv = bx.Conv(
+        graph / "conv", 4, (3, 3), rng=rng, strides=2, feature_group_count=2, kernel_dilation=2
+    )
+    y, params = conv(params, jnp.ones((8, 8, 4)))
+    assert y.shape == (4, 4, 4)
+    assert params[("net", "conv", "kernel")].shape == (3, 3, 2, 4)
+    batched, _ = conv(params, jnp.ones((1, 8, 8, 4)))
+    np.testing.assert_allclose(batched[0], y, rtol=1e-6)
+
+
+def test_conv_errors():
+    graph, rng, params = _setup()
+    conv = bx.Conv(graph / "conv", 4, (3, 3), rng=rng)
+    with pytest.raises(ValueError, match=r"2-d kernel \(3, 3\).*got shape \(8,\)"):
+        conv(params, jnp.ones(8))
+    grouped = bx.Conv(graph / "g", 4, 3, rng=rng, feature_group_count=2)
+    with pytest.raises(ValueError, match="3 input channels are not divisible"):
+        grouped(params, jnp.ones((1, 5, 5, 3)))
+    strided = bx.Conv(graph / "s", 4, (3, 3), rng=rng, strides=(1, 1, 1))
+    with pytest.raises(ValueError, match=r"strides \(1, 1, 1\) has 3 entries.*2 spatial"):
+        strided(params, jnp.ones((1, 5, 5, 3)))
+
+
+@pytest.mark.parametrize(("kernel", "x_shape"), [((3,), (2, 5, 3)), ((3, 3), (2, 5, 5, 3))])
+def test_conv_transpose_upsamples(kernel, x_shape):
+    graph, rng, params = _setup()
+    up = bx.ConvTranspose(graph / "up", 4, kernel, rng=rng, strides=2)
+    y, params = up(params, jnp.ones(x_shape))
+    assert y.shape == (x_shape[0], *(2 * s for s in x_shape[1:-1]), 4)
+    assert params[("net", "up", "kernel")].shape == (*kernel, 3, 4)
+
+
+def test_conv_transpose_is_gradient_of_conv():
+    # with stride 1 and VALID padding, ConvTranspose with kernel k equals the vjp of Conv
+    graph, rng, params = _setup()
+    conv = bx.Conv(graph / "conv", 2, (3,), rng=rng, padding="VALID", use_bias=False)
+    _, params = conv(params, jnp.ones((1, 6, 3)))
+    k = params[("net", "conv", "kernel")].value
+    up = bx.ConvTranspose(graph / "up", 3, (3,), rng=rng, padding="VALID", use_bias=False)
+    up_params = bx.Params({("net", "up", "kernel"): k[::-1].transpose(0, 2, 1)})
+    g = jnp.arange(8.0).reshape(1, 4, 2)
+    _, vjp = jax.vjp(lambda x: conv(params, x)[0], jnp.ones((1, 6, 3)))
+    np.testing.assert_allclose(up(up_params, g)[0], vjp(g)[0], rtol=1e-5)

@@ -1,0 +1,89 @@
+"""LayerNorm, RMSNorm, BatchNorm (incl. axis_name), GroupNorm."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import blox as bx
+
+X = jnp.arange(24.0).reshape(2, 3, 4) ** 1.5
+
+
+def _ref_norm(x, axes, eps, center=True):
+    mean = x.mean(axes, keepdims=True) if center else 0.0
+    var = ((x - mean) ** 2).mean(axes, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps)
+
+
+def test_layer_norm_values_and_axes():
+    graph = bx.Graph("net")
+    ln = bx.LayerNorm(graph / "ln")
+    y, params = ln(bx.Params(), X)
+    np.testing.assert_allclose(y, _ref_norm(np.asarray(X), -1, 1e-5), rtol=1e-4, atol=1e-5)
+    assert params[("net", "ln", "scale")].shape == (4,)
+    ln2 = bx.LayerNorm(graph / "ln2", axis=(1, 2), use_bias=False)
+    y2, params = ln2(params, X)
+    np.testing.assert_allclose(y2, _ref_norm(np.asarray(X), (1, 2), 1e-5), rtol=1e-4, atol=1e-5)
+    assert params[("net", "ln2", "scale")].shape == (3, 4)
+    assert ("net", "ln2", "bias") not in params
+
+
+def test_rms_norm_and_bf16():
+    norm = bx.RMSNorm(bx.Graph("net") / "rms")
+    y, params = norm(bx.Params(), X.astype(jnp.bfloat16))
+    assert y.dtype == jnp.float32  # float32 scale promotes; use dtype= for bf16 outputs
+    ref = np.asarray(X) / np.sqrt((np.asarray(X) ** 2).mean(-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(y, ref, rtol=2e-2)
+    norm16 = bx.RMSNorm(bx.Graph("net") / "rms", dtype=jnp.bfloat16)
+    assert norm16(params, X.astype(jnp.bfloat16))[0].dtype == jnp.bfloat16
+    assert list(params) == [("net", "rms", "scale")]
+
+
+def test_norm_axis_out_of_range():
+    with pytest.raises(ValueError, match="axis 3 is out of range for inputs with 3 dimensions"):
+        bx.LayerNorm(bx.Graph("net") / "ln", axis=3)(bx.Params(), X)
+
+
+def test_batch_norm_train_and_eval():
+    bn = bx.BatchNorm(bx.Graph("net") / "bn", momentum=0.5)
+    y, params = bn(bx.Params(), X, is_training=True)
+    np.testing.assert_allclose(y, _ref_norm(np.asarray(X), (0, 1), 1e-5), rtol=1e-4, atol=1e-4)
+    mean = params[("net", "bn", "mean")]
+    assert mean.trainable is False
+    np.testing.assert_allclose(mean.value, 0.5 * np.asarray(X).mean((0, 1)), rtol=1e-5)
+    y_eval, same = bn(params, X, is_training=False)
+    assert same is params
+    var = params[("net", "bn", "var")].value
+    np.testing.assert_allclose(y_eval, (X - mean.value) / np.sqrt(var + 1e-5), rtol=1e-4)
+
+
+def test_batch_norm_axis_name_init_outside_and_sync_inside():
+    bn = bx.BatchNorm(bx.Graph("net") / "bn", axis_name="batch")
+    x = jnp.arange(8.0).reshape(4, 2) ** 2
+    _, params = bn(bx.Params(), x, is_training=True)  # init outside any named axis
+    params = params.locked()
+    f = jax.vmap(
+        lambda p, xi: bn(p, xi, is_training=True),
+        in_axes=(None, 0),
+        out_axes=(0, None),
+        axis_name="batch",
+    )
+    ys, synced = f(params, x[:, None, :])
+    full, ref = bn(params.unlocked(), x, is_training=True)
+    np.testing.assert_allclose(ys[:, 0], full, rtol=1e-5)
+    path = ("net", "bn", "mean")
+    np.testing.assert_allclose(synced[path].value, ref[path].value, rtol=1e-5)
+    with pytest.raises(NameError, match=r"over the axis 'batch'.*no such axis is bound"):
+        bn(params, x, is_training=True)
+
+
+def test_group_norm_matches_reference():
+    gn = bx.GroupNorm(bx.Graph("net") / "gn", num_groups=2)
+    y, params = gn(bx.Params(), X)
+    g = np.asarray(X).reshape(2, 3, 2, 2)
+    ref = _ref_norm(g, (1, 3), 1e-5).reshape(X.shape)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    assert params[("net", "gn", "bias")].shape == (4,)
+    with pytest.raises(ValueError, match=r"channels divisible by num_groups=3; got shape"):
+        bx.GroupNorm(bx.Graph("net") / "gn", num_groups=3)(bx.Params(), X)
