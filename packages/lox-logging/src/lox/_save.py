@@ -23,7 +23,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._logdict import logdict, show_tree
+from ._logdict import logdict
+from ._logdict_checks import show_tree
 from ._treecode import decode_tree, encode_tree
 
 INDEX = "lox-index.jsonl"
@@ -263,7 +264,7 @@ def _write_chunk(path: str, number: int, arrays: dict[str, np.ndarray]) -> None:
     final = os.path.join(path, _chunk_name(number))
     # Write then rename, so a crash never leaves a truncated chunk under its final name.
     with open(final + ".tmp", "wb") as fh:
-        np.savez(fh, **arrays)
+        np.savez(fh, **arrays)  # type: ignore[arg-type]  # member names are "<id>_<i>"
     os.replace(final + ".tmp", final)
 
 
