@@ -1,0 +1,43 @@
+"""The exported names of core_primitives are public API: this pins them."""
+
+import core_primitives
+
+EXPECTED = {
+    "Context",
+    "EmittedStructureError",
+    "HasLogicalAxes",
+    "Interpreter",
+    "LogicalAxes",
+    "Path",
+    "bind_eqn",
+    "compat",
+    "did_you_mean",
+    "field",
+    "format_path",
+    "format_problems",
+    "got_expected",
+    "has_logical_axes",
+    "identity_primitive",
+    "keypath_to_path",
+    "list_alternatives",
+    "pytree_dataclass",
+    "tree_paths",
+}
+
+
+def test_public_names_are_pinned():
+    public = {n for n in dir(core_primitives) if not n.startswith("_")}
+    assert public == EXPECTED
+
+
+def test_only_compat_touches_jax_internals():
+    import pathlib
+
+    root = pathlib.Path(core_primitives.__file__).parent
+    offenders = [
+        p.name
+        for p in root.glob("*.py")
+        if p.name != "compat.py"
+        and ("jax._src" in p.read_text() or "jax.__version__" in p.read_text())
+    ]
+    assert offenders == []

@@ -1,0 +1,26 @@
+"""The exported names of lox are public API: this pins them."""
+
+import lox
+
+EXPECTED = {
+    "ConsoleLogger",
+    "LogStructureError",
+    "Logger",
+    "LoggerState",
+    "MultiLogger",
+    "SaveLogger",
+    "WandbLogger",
+    "keep",
+    "load",
+    "log",
+    "logdict",
+    "save",
+    "spool",
+    "strip",
+    "tap",
+}
+
+
+def test_public_names_are_pinned():
+    public = {n for n in dir(lox) if not n.startswith("_")}
+    assert public == EXPECTED
