@@ -47,10 +47,10 @@ def main() -> None:
         f = make_fn(n)
         closed = jax.make_jaxpr(f)(x)
         n_eqns = len(closed.eqns)
-        t_trace = best(lambda: jax.make_jaxpr(make_fn(n))(x), reps=3 if n < 100_000 else 1)
+        t_trace = best(lambda n=n: jax.make_jaxpr(make_fn(n))(x), reps=3 if n < 100_000 else 1)
         interp = Interpreter()
         t_rewrite = best(
-            lambda: jax.make_jaxpr(lambda v: interp.eval_jaxpr(closed, [v])[0])(x),
+            lambda i=interp, c=closed: jax.make_jaxpr(lambda v: i.eval_jaxpr(c, [v])[0])(x),
             reps=3 if n < 100_000 else 1,
         )
         rows.append((n_eqns, t_trace, t_rewrite))

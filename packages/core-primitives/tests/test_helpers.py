@@ -30,7 +30,7 @@ def test_pytree_dataclass_keys_static_fields_and_jit():
     layer = Layer(jnp.ones(2), jnp.zeros(2))
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(layer)]
     assert paths == [".w", ".b"]
-    out = jax.jit(lambda l: dataclasses.replace(l, w=l.w * 2))(layer)
+    out = jax.jit(lambda m: dataclasses.replace(m, w=m.w * 2))(layer)
     assert out.act == "relu"
     np.testing.assert_array_equal(out.w, [2.0, 2.0])
     assert jax.tree.structure(Layer(1, 2, "gelu")) != jax.tree.structure(Layer(1, 2))
