@@ -1,0 +1,105 @@
+"""Checkpoints with orbax: async saves, keep-N, and restore that falls back past a damaged step."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import orbax.checkpoint as ocp
+
+from ._errors import UsageError
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint could not be restored and an older one was used instead."""
+
+
+class Checkpointer:
+    """An orbax ``CheckpointManager`` for train states plus a small JSON of metadata per step.
+
+    Saves are asynchronous: ``save`` returns once the arrays are copied off the devices (the
+    blocking part), and the files are written in the background. Orbax writes each step to a
+    temporary folder and renames it when complete, so a crash never leaves a half-written step
+    that looks finished.
+
+    Args:
+        directory: the ``checkpoints/`` folder of a run.
+        keep: how many of the newest checkpoints to keep.
+        async_save: write in the background (the default).
+
+    Example:
+        >>> import tempfile, jax.numpy as jnp
+        >>> ckpt = Checkpointer(tempfile.mkdtemp(), keep=2)
+        >>> ckpt.save(3, {"w": jnp.ones(2)}, {"step": 3})
+        >>> ckpt.wait()
+        >>> state, meta, step = ckpt.restore({"w": jnp.zeros(2)})
+        >>> state["w"].tolist(), meta, step
+        ([1.0, 1.0], {'step': 3}, 3)
+        >>> ckpt.close()
+    """
+
+    def __init__(self, directory: str | Path, *, keep: int = 3, async_save: bool = True):
+        self.directory = Path(directory).absolute()
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep, enable_async_checkpointing=async_save, create=True
+        )
+        self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def steps(self) -> list[int]:
+        """Saved steps, oldest first."""
+        return sorted(self._manager.all_steps())
+
+    def save(self, step: int, state: Any, meta: dict[str, Any], *, force: bool = True) -> None:
+        """Start saving ``state`` (a pytree of arrays) and ``meta`` (JSON-able) as ``step``."""
+        args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+        self._manager.save(step, args=args, force=force)
+
+    def wait(self) -> None:
+        """Block until background writes are done."""
+        self._manager.wait_until_finished()
+
+    def restore(self, target: Any, step: int | None = None) -> tuple[Any, dict[str, Any], int]:
+        """Restore ``(state, meta, step)`` onto ``target`` (arrays or ``ShapeDtypeStruct`` s).
+
+        With ``step=None`` the newest checkpoint is tried first; if it cannot be read (a damaged or
+        truncated file), a :class:`CheckpointWarning` names it and the next older one is tried.
+
+        Raises:
+            UsageError: there is no checkpoint, or none of them can be read.
+        """
+        candidates = [step] if step is not None else self.steps()[::-1]
+        if not candidates:
+            raise UsageError(f"No checkpoint in {self.directory}: the run saved none yet.")
+        errors = []
+        for s in candidates:
+            try:
+                return (*self._restore_step(s, target), s)
+            except Exception as err:  # orbax/tensorstore raise many types for damaged files
+                errors.append(f"step {s}: {type(err).__name__}: {str(err)[:300]}")
+                if s != candidates[-1]:
+                    warnings.warn(
+                        f"Checkpoint step {s} in {self.directory} could not be restored "
+                        f"({type(err).__name__}: {str(err)[:200]}); falling back to the previous one.",
+                        CheckpointWarning,
+                        stacklevel=2,
+                    )
+        raise UsageError(
+            f"No checkpoint in {self.directory} could be restored:\n  " + "\n  ".join(errors)
+            + "\nThe files may be damaged or from a different model config."
+        )
+
+    def _restore_step(self, step: int, target: Any) -> tuple[Any, dict[str, Any]]:
+        args = ocp.args.Composite(
+            state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()
+        )
+        out = self._manager.restore(step, args=args)
+        return out["state"], dict(out["meta"])
+
+    def close(self) -> None:
+        """Wait for pending writes and release the manager's threads."""
+        self._manager.wait_until_finished()
+        self._manager.close()

@@ -1,0 +1,198 @@
+"""Data: the embedded corpus, text files and folders, nanoGPT ``.bin`` files; deterministic batches.
+
+Sampling is a pure function of ``(seed, step)``: the batch of step ``s`` is the same whether the run
+was interrupted or not, so a resumed run needs no data-loader state beyond the step counter. Every
+process computes the same global batch positions and keeps only its own rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from ._config import DataConfig
+from ._errors import DataError
+from ._tokenizer import ByteTokenizer
+
+# How much of a large .bin file is scanned to check that its token ids fit the vocabulary.
+_VOCAB_CHECK_TOKENS = 1 << 24
+
+
+def default_corpus() -> str:
+    """CPython's own help text (``pydoc_data.topics``): ~460 kB of English prose and code, no download.
+
+    Example:
+        >>> text = default_corpus()
+        >>> len(text) > 100_000, "assert" in text
+        (True, True)
+    """
+    from pydoc_data.topics import topics  # ships with every CPython
+
+    # Sorted keys: the text (and so the train/val split) does not depend on dict order.
+    return "\n\n".join(topics[k].strip() for k in sorted(topics)) + "\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """Token ids of the train and validation splits (numpy arrays or read-only memmaps)."""
+
+    train: np.ndarray
+    val: np.ndarray
+    source: str
+
+
+def load_dataset(cfg: DataConfig, *, seq_len: int, vocab_size: int) -> Dataset:
+    """Load ``cfg.path`` (or the embedded corpus) and split off the last ``val_fraction`` for validation.
+
+    Raises:
+        DataError: a missing path, an empty folder, too little data for one ``seq_len`` window in each
+            split, or token ids that do not fit ``vocab_size``.
+
+    Example:
+        >>> from gpt_models._config import DataConfig
+        >>> ds = load_dataset(DataConfig(), seq_len=64, vocab_size=256)
+        >>> len(ds.train) > 9 * len(ds.val) > 0
+        True
+    """
+    source = cfg.path or "<embedded corpus: pydoc_data.topics>"
+    path = Path(cfg.path) if cfg.path else None
+    if path is not None and path.is_dir() and (path / "train.bin").is_file():
+        train, val = _read_bin(path / "train.bin"), _read_bin(path / "val.bin")
+    else:
+        tokens = _read_tokens(path)
+        n_val = int(len(tokens) * cfg.val_fraction)
+        train, val = tokens[: len(tokens) - n_val], tokens[len(tokens) - n_val :]
+    ds = Dataset(train=train, val=val, source=source)
+    _check_length(ds, cfg, seq_len)
+    _check_vocab(ds, vocab_size)
+    return ds
+
+
+def _read_tokens(path: Path | None) -> np.ndarray:
+    tok = ByteTokenizer()
+    if path is None:
+        return tok.encode(default_corpus()).astype(np.uint8)
+    if not path.exists():
+        raise DataError(
+            f"Data path {path} does not exist. Expected a text file, a folder of text files, a "
+            "nanoGPT uint16 .bin file, or data.path=\"\" for the embedded corpus."
+        )
+    if path.is_file() and path.suffix == ".bin":
+        return _read_bin(path)
+    if path.is_file():
+        return np.frombuffer(path.read_bytes(), dtype=np.uint8)
+    return np.frombuffer(_read_folder(path), dtype=np.uint8)
+
+
+def _read_bin(path: Path) -> np.ndarray:
+    if not path.is_file():
+        raise DataError(f"Expected nanoGPT token file {path} (uint16), but it does not exist.")
+    if path.stat().st_size < 2 or path.stat().st_size % 2:
+        raise DataError(
+            f"{path} has {path.stat().st_size} bytes; a nanoGPT .bin file holds uint16 token ids, "
+            "so its size must be a positive multiple of 2."
+        )
+    return np.memmap(path, dtype=np.uint16, mode="r")
+
+
+def _read_folder(folder: Path) -> bytes:
+    """All UTF-8 text files under ``folder`` (sorted, hidden ones skipped), joined by blank lines."""
+    parts = []
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        if any(part.startswith(".") for part in file.relative_to(folder).parts):
+            continue
+        data = file.read_bytes()
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # binary files (images, archives) are not text to learn from
+        parts.append(data)
+    if not parts:
+        raise DataError(
+            f"Data folder {folder} holds no UTF-8 text files (hidden and binary files are skipped). "
+            "Point data.path at a text file, a folder of .txt/.md/.py files, or a .bin file."
+        )
+    return b"\n\n".join(parts)
+
+
+def _check_length(ds: Dataset, cfg: DataConfig, seq_len: int) -> None:
+    need = seq_len + 2  # one window of seq_len inputs plus the shifted target, and one spare start
+    for split, arr in (("train", ds.train), ("validation", ds.val)):
+        if len(arr) < need:
+            raise DataError(
+                f"Data {ds.source} is too short: its {split} split has {len(arr)} tokens "
+                f"(data.val_fraction = {cfg.val_fraction}), but model.seq_len = {seq_len} needs at "
+                f"least {need}. Use more text, or a shorter context, e.g. --set model.seq_len="
+                f"{max(8, len(arr) // 4)}."
+            )
+
+
+def _check_vocab(ds: Dataset, vocab_size: int) -> None:
+    top = max(int(ds.train[:_VOCAB_CHECK_TOKENS].max()), int(ds.val[:_VOCAB_CHECK_TOKENS].max()))
+    if top >= vocab_size:
+        raise DataError(
+            f"Data {ds.source} has token id {top}, but model.vocab_size = {vocab_size}. Set "
+            f"--set model.vocab_size={_round_up(top + 1, 64)} (or the size of the tokenizer that "
+            "wrote the data)."
+        )
+
+
+def _round_up(n: int, k: int) -> int:
+    return -(-n // k) * k
+
+
+def _windows(tokens: np.ndarray, starts: np.ndarray, seq_len: int) -> np.ndarray:
+    idx = starts[..., None] + np.arange(seq_len + 1)
+    return np.asarray(tokens[idx], dtype=np.int32)
+
+
+def train_batch(
+    tokens: np.ndarray,
+    step: int,
+    *,
+    seed: int,
+    batch_size: int,
+    grad_accum: int,
+    seq_len: int,
+    process_index: int = 0,
+    process_count: int = 1,
+) -> np.ndarray:
+    """This process's rows of step ``step``'s batch: ``(grad_accum, rows, seq_len + 1)`` int32.
+
+    The global batch depends only on ``(seed, step)``; process ``p`` of ``P`` keeps rows
+    ``[p * m / P, (p + 1) * m / P)`` of each micro-batch of ``m`` rows.
+
+    Example:
+        >>> toks = np.arange(1000)
+        >>> a = train_batch(toks, 7, seed=0, batch_size=4, grad_accum=2, seq_len=8)
+        >>> a.shape, bool((a == train_batch(toks, 7, seed=0, batch_size=4, grad_accum=2, seq_len=8)).all())
+        ((2, 2, 9), True)
+    """
+    rng = np.random.default_rng([seed, step])
+    starts = rng.integers(0, len(tokens) - seq_len - 1, size=batch_size)
+    starts = starts.reshape(grad_accum, batch_size // grad_accum)
+    rows = starts.shape[1] // process_count
+    mine = starts[:, process_index * rows : (process_index + 1) * rows]
+    return _windows(tokens, mine, seq_len)
+
+
+def eval_batches(
+    tokens: np.ndarray,
+    *,
+    n_batches: int,
+    batch_size: int,
+    seq_len: int,
+    process_index: int = 0,
+    process_count: int = 1,
+) -> np.ndarray:
+    """Fixed, evenly spaced validation windows: ``(n_batches, rows, seq_len + 1)`` int32.
+
+    The same windows at every evaluation, so val losses of different steps (and runs) compare.
+    """
+    starts = np.linspace(0, len(tokens) - seq_len - 1, n_batches * batch_size).astype(np.int64)
+    starts = starts.reshape(n_batches, batch_size)
+    rows = batch_size // process_count
+    mine = starts[:, process_index * rows : (process_index + 1) * rows]
+    return _windows(tokens, mine, seq_len)

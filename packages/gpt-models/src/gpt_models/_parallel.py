@@ -1,0 +1,75 @@
+"""The (data, fsdp, tensor) mesh, the logical-axis rules of the model, and multi-host set-up."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import paramspec as ps
+
+from ._config import MeshConfig
+from ._errors import ConfigError
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+# Logical axes of the parameters and activations -> mesh axes. The batch is split over data and fsdp;
+# fsdp also shards the weights' embed dimension (ZeRO-3 style: gathered per layer inside the step);
+# tensor shards heads, MLP hidden units and the vocabulary (Megatron style).
+RULES = ps.Rules(
+    {
+        "batch": ("data", "fsdp"),
+        "embed": "fsdp",
+        "heads": "tensor",
+        "kv_heads": "tensor",
+        "mlp": "tensor",
+        "vocab": "tensor",
+        "head_dim": None,
+        "layers": None,
+        "seq": None,
+        "act_embed": None,
+    }
+)
+
+
+def make_mesh(cfg: MeshConfig, devices: Any = None) -> Any:
+    """The training mesh; an impossible shape raises ConfigError listing shapes that fit.
+
+    Example:
+        >>> from gpt_models._config import MeshConfig
+        >>> dict(make_mesh(MeshConfig(data=-1), jax.devices()[:1]).shape)
+        {'data': 1, 'fsdp': 1, 'tensor': 1}
+    """
+    devices = list(devices) if devices is not None else jax.devices()
+    sizes = (cfg.data, cfg.fsdp, cfg.tensor)
+    n = len(devices)
+    known = math.prod(s for s in sizes if s != -1)
+    bad = sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes)
+    if bad or (-1 in sizes and n % known) or (-1 not in sizes and known != n):
+        raise ConfigError(
+            f"Impossible mesh: mesh.data={cfg.data}, mesh.fsdp={cfg.fsdp}, mesh.tensor={cfg.tensor} "
+            f"needs {known if -1 not in sizes else f'a multiple of {known}'} devices, but {n} are "
+            f"available ({devices[0].platform}). The sizes must multiply to {n}; -1 on one axis "
+            f"means 'the rest'. Shapes that fit: {_suggestions(n)}."
+        )
+    return ps.make_mesh(sizes, MESH_AXES, devices=devices)
+
+
+def _suggestions(n: int) -> str:
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    fits = [f"data={n // d},fsdp={d}" for d in divisors][:3] + [f"data={n // d},tensor={d}" for d in divisors[1:]][:2]
+    return "; ".join(f"--set mesh.{s.replace(',', ' --set mesh.')}" for s in fits)
+
+
+def single_device_mesh() -> Any:
+    """A 1x1x1 mesh on the first device: the default for library calls that are given no mesh."""
+    return ps.make_mesh((1, 1, 1), MESH_AXES, devices=jax.devices()[:1])
+
+
+def activation_constraint(mesh: Any) -> Any:
+    """``x -> x`` sharded as (batch, seq, act_embed): the residual stream stays batch-parallel."""
+
+    def constrain(x: jax.Array) -> jax.Array:
+        return ps.constrain(x, ("batch", "seq", "act_embed"), mesh, RULES)
+
+    return constrain

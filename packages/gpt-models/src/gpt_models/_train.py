@@ -1,0 +1,196 @@
+"""The train state, the optimizer and the jitted train/eval steps (pure; the loop is in ``_loop.py``).
+
+Metrics are not returned by hand: the step calls ``lox.log`` where a value is computed (inside the
+micro-batch scan too) and ``lox.spool`` turns those sites into a second output of the jitted step.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import lox
+import optax
+import paramspec as ps
+from core_primitives import keypath_to_path, pytree_dataclass
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from ._config import Config, TrainConfig
+from ._model import GPT, loss_fn
+from ._parallel import RULES, activation_constraint
+
+
+@pytree_dataclass
+class TrainState:
+    """Everything a resumed run needs besides the config: params, optimizer state, step and RNG.
+
+    ``rng`` is raw key data (``uint32[2]``) so that orbax can store it; the data position is the step
+    itself, because batches are a pure function of ``(train.seed, step)``.
+    """
+
+    params: Any
+    opt_state: Any
+    step: Any
+    rng: Any
+
+
+def make_schedule(t: TrainConfig) -> optax.Schedule:
+    """Linear warmup from 0 to ``lr`` over ``warmup_steps``, then cosine decay to ``lr * min_lr_ratio``.
+
+    Example:
+        >>> from gpt_models._config import TrainConfig
+        >>> s = make_schedule(TrainConfig(steps=100, lr=1.0, warmup_steps=10, min_lr_ratio=0.1))
+        >>> [round(float(s(i)), 3) for i in (0, 5, 10, 100)]
+        [0.0, 0.5, 1.0, 0.1]
+    """
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0,
+        peak_value=t.lr,
+        warmup_steps=t.warmup_steps,
+        decay_steps=t.steps,
+        end_value=t.lr * t.min_lr_ratio,
+    )
+
+
+def _decay_mask(params: Any) -> Any:
+    # Weight decay on matrices only: decaying norm scales towards 0 fights the normalisation.
+    return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+
+def make_optimizer(t: TrainConfig) -> optax.GradientTransformation:
+    """Global-norm clipping, then AdamW with the warmup-cosine schedule and decay on matrices only."""
+    return optax.chain(
+        optax.clip_by_global_norm(t.grad_clip) if t.grad_clip > 0 else optax.identity(),
+        optax.adamw(
+            make_schedule(t), b1=t.beta1, b2=t.beta2, weight_decay=t.weight_decay, mask=_decay_mask
+        ),
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Shardings of the state
+
+
+def _replicated(mesh: Any) -> NamedSharding:
+    return NamedSharding(mesh, P())
+
+
+def _match_param_shardings(tree: Any, params: Any, param_shardings: Any, mesh: Any) -> Any:
+    """Shardings for an optimizer state: a leaf whose path ends with a parameter's path (Adam's
+    ``mu``/``nu`` mirror the params) and has its shape gets that parameter's sharding; scalars and
+    anything else are replicated."""
+    by_path = {}
+    for (kp, p), s in zip(
+        jax.tree_util.tree_leaves_with_path(params), jax.tree.leaves(param_shardings), strict=True
+    ):
+        by_path[keypath_to_path(kp)] = (p.shape, s)
+
+    def pick(kp: Any, leaf: Any) -> Any:
+        path = keypath_to_path(kp)
+        for n in range(len(path)):
+            hit = by_path.get(path[n:])
+            if hit is not None and tuple(hit[0]) == tuple(leaf.shape):
+                return hit[1]
+        return _replicated(mesh)
+
+    return jax.tree_util.tree_map_with_path(pick, tree)
+
+
+def abstract_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Any) -> TrainState:
+    """``ShapeDtypeStruct`` s with shardings for the whole state: the orbax restore target."""
+    specs = GPT.param_specs(cfg.model)
+    params = ps.abstract(specs, mesh, RULES)
+    opt = jax.eval_shape(optimizer.init, params)
+    opt_sh = _match_param_shardings(opt, params, ps.shardings(specs, mesh, RULES), mesh)
+    opt = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), opt, opt_sh)
+    rep = _replicated(mesh)
+    return TrainState(
+        params=params,
+        opt_state=opt,
+        step=jax.ShapeDtypeStruct((), jnp.int32, sharding=rep),
+        rng=jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=rep),
+    )
+
+
+def state_shardings(abstract: TrainState) -> TrainState:
+    """The sharding of every leaf of an abstract (or concrete) state."""
+    return jax.tree.map(lambda a: a.sharding, abstract)
+
+
+def init_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Any) -> TrainState:
+    """A fresh state, every array created directly in its sharded layout."""
+    key = jax.random.key(cfg.train.seed)
+    params = ps.init(GPT.param_specs(cfg.model), key, mesh, RULES)
+    shardings = state_shardings(abstract_state(cfg, optimizer, mesh))
+    opt_state = jax.jit(optimizer.init, out_shardings=shardings.opt_state)(params)
+    rep = _replicated(mesh)
+    step = jax.device_put(jnp.zeros((), jnp.int32), rep)
+    rng = jax.device_put(jax.random.key_data(jax.random.fold_in(key, 1)), rep)
+    return TrainState(params=params, opt_state=opt_state, step=step, rng=rng)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Steps
+
+
+def train_step(
+    state: TrainState, batch: jax.Array, *, cfg: Config, optimizer: optax.GradientTransformation, constrain: Any
+) -> TrainState:
+    """One optimizer step on ``batch: (grad_accum, micro_batch, seq_len + 1)``.
+
+    Gradients are averaged over the micro-batches by a ``lax.scan`` (memory of one micro-batch).
+    Logs (through ``lox.log``): ``micro_loss`` per micro-batch; ``loss``, ``grad_norm`` and ``lr``
+    once per step, with ``step=`` metadata.
+    """
+    grad_fn = jax.value_and_grad(functools.partial(loss_fn, cfg=cfg.model, constrain=constrain))
+
+    def micro(acc: Any, mb: jax.Array) -> tuple[Any, jax.Array]:
+        loss, grads = grad_fn(state.params, mb)
+        lox.log({"micro_loss": loss})
+        return jax.tree.map(jnp.add, acc, grads), loss
+
+    n = batch.shape[0]
+    if n == 1:  # no scan for the common case: one less loop for XLA to see through
+        grads, losses = micro(jax.tree.map(jnp.zeros_like, state.params), batch[0])
+    else:
+        grads, losses = jax.lax.scan(micro, jax.tree.map(jnp.zeros_like, state.params), batch)
+    grads = jax.tree.map(lambda g: g / n, grads)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    lr = make_schedule(cfg.train)(state.step)
+    metrics = {"loss": jnp.mean(losses), "grad_norm": optax.global_norm(grads), "lr": lr}
+    lox.log(metrics, step=state.step)
+    return TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng)
+
+
+def batch_sharding(mesh: Any) -> NamedSharding:
+    """``(micro_batches, batch, seq)``: the batch axis over data and fsdp, the rest whole."""
+    return NamedSharding(mesh, P(None, ("data", "fsdp"), None))
+
+
+def compile_train_step(cfg: Config, optimizer: optax.GradientTransformation, mesh: Any, abstract: TrainState) -> Any:
+    """``step(state, batch) -> (state, logdict)``, jitted, the state donated and kept in place."""
+    fn = functools.partial(
+        train_step, cfg=cfg, optimizer=optimizer, constrain=activation_constraint(mesh)
+    )
+    shardings = state_shardings(abstract)
+    return jax.jit(
+        lox.spool(fn),
+        in_shardings=(shardings, batch_sharding(mesh)),
+        out_shardings=(shardings, _replicated(mesh)),
+        donate_argnums=0,
+    )
+
+
+def compile_eval_step(cfg: Config, mesh: Any, abstract: TrainState) -> Any:
+    """``eval(params, batch) -> mean loss`` over one ``(batch, seq_len + 1)`` batch, jitted."""
+    fn = functools.partial(loss_fn, cfg=cfg.model, constrain=activation_constraint(mesh))
+    data = NamedSharding(mesh, P(("data", "fsdp"), None))
+    return jax.jit(
+        lambda params, batch: fn(params, batch),
+        in_shardings=(state_shardings(abstract).params, data),
+        out_shardings=_replicated(mesh),
+    )
