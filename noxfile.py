@@ -58,7 +58,12 @@ def _sync(session: nox.Session, *groups: str) -> None:
 
 
 def _test_dirs() -> list[str]:
-    return [f"packages/{p}/tests" for p in PACKAGES]
+    # A package whose tests folder is not in git yet (empty) is reported, not a usage error.
+    dirs = [f"packages/{p}/tests" for p in PACKAGES]
+    missing = [d for d in dirs if not list((ROOT / d).glob("test_*.py"))]
+    if missing:
+        print(f"nox: no tests yet in {missing}", file=sys.stderr)
+    return [d for d in dirs if d not in missing]
 
 
 @nox.session
