@@ -244,7 +244,7 @@ class Module:
             )
         rng = rng if rng is not None else getattr(self, "rng", None)
         key = None
-        if rng is not None:
+        if rng is not None and init not in _KEYLESS:
             key, params = rng(params)
         try:
             value = init(key, tuple(shape), dtype if dtype is not None else jnp.float32)
@@ -258,6 +258,11 @@ class Module:
             ) from err
         self._check(path, value, shape, dtype)
         return value, params
+
+
+# Initializers that ignore their key: drawing one for them would only cost trace time (a fold_in
+# and a counter update per bias and norm scale).
+_KEYLESS = (jax.nn.initializers.zeros, jax.nn.initializers.ones)
 
 
 def _fmt_shape(shape: tuple[int, ...]) -> str:

@@ -231,7 +231,7 @@ _new = object.__new__
 
 def _param_unflatten(aux: _Aux, children: Any) -> Param:
     param = _new(Param)
-    param._children = tuple(children)
+    param._children = children  # JAX passes a tuple already
     param._aux = aux
     return param
 
