@@ -124,8 +124,11 @@ def main() -> None:
                 "<= 2",
             )
         )
-    seconds = eval_shape_mlp()
-    rows.append(("`jax.eval_shape(init)`, 100-layer MLP", "", f"{seconds:.3f} s", "", "< 0.2 s"))
+    eval_shape_mlp()  # warm JAX's own one-time caches, then report the best of three
+    seconds = min(eval_shape_mlp() for _ in range(3))
+    rows.append(
+        ("`jax.eval_shape(init)`, 100-layer MLP (best of 3)", "", f"{seconds:.3f} s", "", "< 0.2 s")
+    )
     short, long = lstm_init_jaxpr_sizes()
     rows.append(
         (

@@ -186,3 +186,14 @@ def test_orbax_round_trip(tmp_path):
     assert restored[("net", "rng", "counter")].trainable is False
     assert restored[("net", "l1", "kernel")].metadata == {"logical_axes": ("a", "b")}
     np.testing.assert_array_equal(restored[("net", "l1", "kernel")].value, 1.0)
+
+
+def test_orbax_standard_save_and_restore_args(tmp_path):
+    ocp = pytest.importorskip("orbax.checkpoint")
+    params = _params().locked()
+    with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as ckptr:
+        ckptr.save(tmp_path / "ckpt", args=ocp.args.StandardSave(params))
+        abstract = jax.eval_shape(lambda: params)
+        restored = ckptr.restore(tmp_path / "ckpt", args=ocp.args.StandardRestore(abstract))
+    assert jax.tree.structure(restored) == jax.tree.structure(params)
+    assert restored[("net", "l1", "kernel")].logical_axes == ("a", "b")

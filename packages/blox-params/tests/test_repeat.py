@@ -60,3 +60,27 @@ def test_layer_must_be_below_and_locked_init_fails():
     stack, rng = _stack()
     with pytest.raises(bx.LockedParamsError, match="params.unlocked"):
         stack(rng.seed(bx.Params(), seed=0).locked(), jnp.ones(4))
+
+
+def test_stateful_block_inside_the_scan():
+    graph = bx.Graph("net")
+    rng = bx.Rng(graph / "rng")
+    blocks = graph / "blocks"
+    block = bx.Sequential(
+        blocks / "block",
+        [
+            bx.Linear(blocks / "block" / "lin", 4, rng=rng),
+            bx.BatchNorm(blocks / "block" / "bn"),
+            bx.Dropout(blocks / "block" / "drop", 0.5, rng=rng),
+        ],
+    )
+    stack = bx.Repeat(blocks, block, 3, rng=rng)
+    x = jax.random.normal(jax.random.key(0), (8, 4))
+    _, params = stack(rng.seed(bx.Params(), seed=0), x, is_training=False)
+    params = params.locked()
+    counter = ("net", "rng", "counter")
+    mean = ("net", "blocks", "block", "bn", "mean")
+    _, new = jax.jit(lambda p: stack(p, x, is_training=True))(params)
+    assert int(new[counter].value) == int(params[counter].value) + 3  # one draw per layer
+    assert new[mean].shape == (3, 4) and new[mean].trainable is False
+    assert not np.allclose(new[mean].value, params[mean].value)

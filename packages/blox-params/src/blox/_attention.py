@@ -146,10 +146,9 @@ class MultiHeadAttention(Module):
             q = rope(q, jnp.arange(T), self.rope_base)
             k = rope(k, jnp.arange(S), self.rope_base)
         weights = self._weights(q, k, self._mask(mask, causal, q.shape[:-3], T, S))
-        groups = self.num_heads // self.num_kv_heads
         out = jnp.einsum("...kgts,...skd->...tkgd", weights.astype(v.dtype), v)
         out = out.reshape(*out.shape[:-3], self.num_heads, self.head_dim)
-        return self._output(params, out, x.shape[-1] if self.output_size is None else None, groups)
+        return self._output(params, out, self.output_size or x.shape[-1])
 
     def _weights(self, q: jax.Array, k: jax.Array, mask: jax.Array | None) -> jax.Array:
         groups = self.num_heads // self.num_kv_heads
@@ -185,10 +184,7 @@ class MultiHeadAttention(Module):
         groups = self.num_heads // self.num_kv_heads
         return combined.reshape(*batch, self.num_kv_heads, groups, T, S)
 
-    def _output(
-        self, params: Params, out: jax.Array, features: int | None, groups: int
-    ) -> tuple[jax.Array, Params]:
-        size = features if features is not None else self.output_size
+    def _output(self, params: Params, out: jax.Array, size: int) -> tuple[jax.Array, Params]:
         shape = (self.num_heads, self.head_dim, size)
         init = jax.nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2)
         w, params = self.get_param(params, "out", shape, init, self.param_dtype)

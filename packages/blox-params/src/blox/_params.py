@@ -9,7 +9,6 @@ C++ dataclass fast path instead of Python flatten callbacks.
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -157,12 +156,13 @@ class Param:
         ((3, 4), ('embed', 'mlp'))
     """
 
-    # Stored as the exact (children, aux) pair JAX's flatten wants, so flattening is one C-level
-    # attribute read per Param and unflattening two slot stores: this is on the path of every
-    # jitted call, once per parameter.
-    __slots__ = ("_aux", "_children")
+    # Two slots and nothing else: unflattening (once per parameter on every jitted call's output)
+    # is one object and two stores. The value is stored bare rather than as the children tuple
+    # JAX hands over, so that tuple dies at once; keeping it alive doubled the objects the
+    # garbage collector tracks per parameter and cost ~20% dispatch time at 2,000 parameters.
+    __slots__ = ("_aux", "_value")
 
-    _children: tuple[Any]
+    _value: Any
     _aux: _Aux
 
     def __init__(
@@ -170,13 +170,13 @@ class Param:
     ) -> None:
         if type(metadata) is not Metadata:
             metadata = _NO_METADATA if not metadata else Metadata(metadata)
-        self._children = (value,)
+        self._value = value
         self._aux = _Aux.get(bool(trainable), metadata)
 
     @property
     def value(self) -> Any:
         """The stored array."""
-        return self._children[0]
+        return self._value
 
     @property
     def trainable(self) -> bool:
@@ -231,7 +231,7 @@ _new = object.__new__
 
 def _param_unflatten(aux: _Aux, children: Any) -> Param:
     param = _new(Param)
-    param._children = children  # JAX passes a tuple already
+    param._value = children[0]
     param._aux = aux
     return param
 
@@ -240,9 +240,9 @@ _VALUE_KEY = jax.tree_util.GetAttrKey("value")
 
 jax.tree_util.register_pytree_with_keys(
     Param,
-    lambda p: (((_VALUE_KEY, p._children[0]),), p._aux),
+    lambda p: (((_VALUE_KEY, p._value),), p._aux),
     _param_unflatten,
-    operator.attrgetter("_children", "_aux"),
+    lambda p: ((p._value,), p._aux),
 )
 
 

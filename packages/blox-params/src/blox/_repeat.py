@@ -99,10 +99,11 @@ class Repeat(Module):
                 f"{self.name} initialises {self.num_layers} copies with distinct keys and needs "
                 "an Rng: bx.Repeat(node, layer, num_layers, rng=rng)."
             )
-        key, params = self.rng(params)
+        rng = self.rng
+        key, params = rng(params)
 
         def one(i: jax.Array) -> Params:
-            p = self.rng.seed(params, seed=jax.random.fold_in(key, i))
+            p = rng.seed(params, seed=jax.random.fold_in(key, i))
             _, p = self.layer(p, x, **kwargs)
             return p.split(self._is_mine)[0]
 
