@@ -146,8 +146,8 @@ def _run_dir(args: argparse.Namespace) -> Path:
 def _cmd_train(args: argparse.Namespace) -> int:
     from ._loop import Interrupted, train
 
-    cfg = _train_config(args)
     run = _run_dir(args)
+    cfg = _train_config(args)
     started = time.perf_counter()
     try:
         result = train(cfg, run, resume=bool(args.resume))

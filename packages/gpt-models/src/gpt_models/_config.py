@@ -249,7 +249,7 @@ def _coerce(key: str, value: Any, t: type, *, from_text: bool) -> Any:
     if key in CHOICES and out not in CHOICES[key]:
         raise ConfigError(
             f"Config key {key} got {shown}, expected one of {list_alternatives(CHOICES[key])}."
-            + did_you_mean(out, CHOICES[key])
+            + did_you_mean(out, CHOICES[key], n=1)
         )
     return out
 
@@ -293,7 +293,7 @@ def _unknown_key(key: str, cfg: Config) -> ConfigError:
     listed = same_section or [s for s in _sections(cfg)]
     what = f"keys in [{section}]" if same_section else "sections"
     return ConfigError(
-        f"Unknown config key {key!r}.{did_you_mean(key, keys)} Valid {what}: "
+        f"Unknown config key {key!r}.{did_you_mean(key, keys, n=1)} Valid {what}: "
         f"{list_alternatives(listed, limit=40)}. Keys are written section.key, e.g. model.d_model=256."
     )
 
@@ -415,7 +415,7 @@ def get_preset(name: str) -> Config:
     """
     if name not in PRESETS:
         raise ConfigError(
-            f"Unknown preset {name!r}.{did_you_mean(name, PRESETS)} Valid presets: "
+            f"Unknown preset {name!r}.{did_you_mean(name, PRESETS, n=1)} Valid presets: "
             f"{list_alternatives(PRESETS)}; or pass a path to a .toml file."
         )
     return PRESETS[name]

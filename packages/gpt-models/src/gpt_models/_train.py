@@ -55,6 +55,12 @@ def make_schedule(t: TrainConfig) -> optax.Schedule:
     )
 
 
+def _global_norm(tree: Any) -> jax.Array:
+    # Written out: optax renamed its helper twice (global_norm -> tree_l2_norm -> tree_norm) within the
+    # versions we support, each rename with a DeprecationWarning.
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)))
+
+
 def _decay_mask(params: Any) -> Any:
     # Weight decay on matrices only: decaying norm scales towards 0 fights the normalisation.
     return jax.tree.map(lambda p: p.ndim >= 2, params)
@@ -161,7 +167,7 @@ def train_step(
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     lr = make_schedule(cfg.train)(state.step)
-    metrics = {"loss": jnp.mean(losses), "grad_norm": optax.global_norm(grads), "lr": lr}
+    metrics = {"loss": jnp.mean(losses), "grad_norm": _global_norm(grads), "lr": lr}
     lox.log(metrics, step=state.step)
     return TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng)
 

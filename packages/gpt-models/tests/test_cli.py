@@ -1,0 +1,98 @@
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from gpt_models import _config
+from gpt_models._cli import main
+from gpt_models._loop import load_run
+
+SMALL = [
+    "--set", "model.seq_len=32", "--set", "model.d_model=32", "--set", "model.n_layers=2",
+    "--set", "model.n_heads=2", "--set", "train.steps=6", "--set", "train.batch_size=8",
+    "--set", "train.warmup_steps=1", "--set", "train.eval_every=3", "--set", "train.eval_batches=2",
+    "--set", "train.checkpoint_every=3", "--set", "sample.max_new_tokens=8", "--set", "mesh.data=8",
+]  # fmt: skip
+
+
+def _train(tmp_path, *extra):
+    return main(["train", "--out", str(tmp_path), "--name", "run", *SMALL, *extra])
+
+
+def _params(run):
+    return jax.tree.map(np.asarray, load_run(run)[1])
+
+
+def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys):
+    assert _train(tmp_path) == 0
+    run = tmp_path / "run"
+    out = capsys.readouterr()
+    assert "--- sample ---" in out.out and "val loss" in out.out
+    for name in ("config.toml", "loss.png", "sample.txt", "metrics/run_0"):
+        assert (run / name).exists(), name
+    assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [3, 6]
+    cfg = _config.load_config(str(run / "config.toml"))
+    assert cfg.train.steps == 6 and cfg.model.d_model == 32
+
+    assert main(["eval", str(run)]) == 0
+    assert capsys.readouterr().out.startswith("val_loss ")
+    assert main(["sample", str(run), "--prompt", "The ", "--max-new-tokens", "5", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out.startswith("The ")
+
+    # Resume from step 3 (as if interrupted there): the result is bit-for-bit the uninterrupted one.
+    final = _params(run)
+    shutil.rmtree(run / "checkpoints" / "6")
+    assert main(["train", "--resume", str(run)]) == 0
+    assert "Resumed from checkpoint step 3" in capsys.readouterr().err
+    jax.tree.map(np.testing.assert_array_equal, _params(run), final)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "model.d_modle=3"], "Unknown config key 'model.d_modle'. Did you mean 'model.d_model'?"),
+        (["--set", "train.lr=fast"], "train.lr got 'fast', expected a number"),
+        (["--set", "model.norm=batchnorm"], "expected one of 'layernorm', 'rmsnorm'"),
+        (["--config", "gpt3"], "Unknown preset 'gpt3'"),
+        (["--set", "data.path=/nonexistent/data.txt"], "Data path /nonexistent/data.txt does not exist"),
+        (["--set", "mesh.data=3"], "Impossible mesh: mesh.data=3, mesh.fsdp=1, mesh.tensor=1"),
+        (["--mesh", "data=4,tensor=2", "--set", "model.n_heads=3", "--set", "model.d_model=48"],
+         "Impossible mesh for this model"),
+        (["--mesh", "dat=2"], "--mesh expects comma-separated AXIS=SIZE"),
+        (["--name", "../escape"], "Run name '../escape' is not a plain folder name"),
+    ],
+)  # fmt: skip
+def test_user_errors_exit_2_with_a_message(tmp_path, capsys, args, message):
+    assert main(["train", "--out", str(tmp_path), *SMALL, *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path.parent / "escape").exists()
+
+
+def test_short_data_file(tmp_path, capsys):
+    data = tmp_path / "tiny.txt"
+    data.write_text("abc" * 20)
+    assert _train(tmp_path, "--set", f"data.path={data}") == 2
+    assert "is too short" in capsys.readouterr().err
+
+
+def test_resume_needs_a_run_folder(tmp_path, capsys):
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert "not a run folder" in capsys.readouterr().err
+
+
+def test_nan_loss_stops_with_a_clear_message(tmp_path, capsys):
+    assert _train(tmp_path, "--set", "train.lr=1e30", "--set", "train.grad_clip=0") == 1
+    err = capsys.readouterr().err
+    assert "Training diverged: the loss is nan" in err and "Try --set train.lr=" in err
+
+
+def test_argparse_errors_and_module_entry_point():
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpt_models", "trian"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert "invalid choice: 'trian'" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,75 @@
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gpt_models import GPT, PRESETS, forward, init_params
+from gpt_models._model import flops_per_token, loss_fn, param_count
+
+BASE = dataclasses.replace(PRESETS["tiny"].model, seq_len=16, d_model=32, n_layers=2, n_heads=4)
+VARIANTS = {
+    "tiny-default": {},
+    "gpt2-style": dict(pos="learned", norm="layernorm", mlp="gelu", qk_norm=False),
+    "gqa-swiglu-softcap-untied": dict(n_kv_heads=2, mlp="swiglu", logit_softcap=15.0, tie_embeddings=False),
+    "mqa-remat": dict(n_kv_heads=1, remat="full"),
+}
+
+
+def _tokens(batch=2, length=16, seed=0):
+    return jax.random.randint(jax.random.key(seed), (batch, length), 0, 256)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_forward_shapes_and_causality(name):
+    cfg = dataclasses.replace(BASE, **VARIANTS[name])
+    params = init_params(cfg, jax.random.key(0))
+    tokens = _tokens()
+    logits = forward(params, tokens, cfg)
+    assert logits.shape == (2, 16, 256) and logits.dtype == jnp.float32
+    changed = tokens.at[:, 10:].set(7)  # the future must not change earlier logits
+    np.testing.assert_allclose(forward(params, changed, cfg)[:, :10], logits[:, :10], atol=1e-5)
+    if cfg.logit_softcap:
+        assert float(jnp.abs(logits).max()) <= cfg.logit_softcap
+
+
+def test_param_tree_follows_options():
+    specs = GPT.param_specs(dataclasses.replace(BASE, **VARIANTS["gqa-swiglu-softcap-untied"]))
+    assert specs.blocks.attn.wk.shape == (2, 32, 2, 8)
+    assert specs.blocks.mlp.w_gate is not None and specs.unembed.shape == (32, 256)
+    assert specs.pos_embed is None and specs.final_norm.bias is None
+    gpt2 = GPT.param_specs(dataclasses.replace(BASE, **VARIANTS["gpt2-style"]))
+    assert gpt2.pos_embed.shape == (16, 32) and gpt2.final_norm.bias is not None
+    assert gpt2.unembed is None and gpt2.blocks.attn.q_norm is None
+
+
+def test_scan_and_remat_do_not_change_values():
+    params = init_params(BASE, jax.random.key(0))
+    batch = _tokens(length=17)
+    ref = jax.value_and_grad(loss_fn)(params, batch, BASE)
+    for change in (dict(scan_layers=not BASE.scan_layers), dict(remat="full"), dict(remat="dots")):
+        cfg = dataclasses.replace(BASE, **change)
+        got = jax.value_and_grad(loss_fn)(params, batch, cfg)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, ref)
+
+
+def test_bf16_compute_keeps_fp32_params_and_logits():
+    cfg = dataclasses.replace(BASE, dtype="bfloat16")
+    params = init_params(cfg, jax.random.key(0))
+    assert params.embed.dtype == jnp.float32
+    logits = forward(params, _tokens(), cfg)
+    assert logits.dtype == jnp.float32
+    ref = forward(params, _tokens(), BASE)
+    assert float(jnp.abs(logits - ref).max()) < 0.1
+
+
+def test_initial_loss_is_near_uniform():
+    params = init_params(BASE, jax.random.key(0))
+    loss = float(loss_fn(params, _tokens(length=17), BASE))
+    assert abs(loss - np.log(256)) < 0.3
+
+
+def test_counts():
+    assert param_count(BASE) == sum(x.size for x in jax.tree.leaves(init_params(BASE, jax.random.key(0))))
+    assert flops_per_token(BASE) > 6 * 2 * (4 * 32 * 32 + 2 * 32 * 128)

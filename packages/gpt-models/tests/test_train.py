@@ -1,0 +1,87 @@
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import small_config
+
+from gpt_models._parallel import make_mesh
+from gpt_models._train import (
+    abstract_state,
+    compile_train_step,
+    init_state,
+    make_optimizer,
+    make_schedule,
+)
+
+
+def _batch(cfg, seed=0):
+    t = cfg.train
+    shape = (t.grad_accum, t.batch_size // t.grad_accum, cfg.model.seq_len + 1)
+    return jax.random.randint(jax.random.key(seed), shape, 0, 256)
+
+
+def _setup(cfg, devices=None):
+    mesh = make_mesh(cfg.mesh, devices if devices is not None else jax.devices()[:1])
+    opt = make_optimizer(cfg.train)
+    abstract = abstract_state(cfg, opt, mesh)
+    return init_state(cfg, opt, mesh), compile_train_step(cfg, opt, mesh, abstract)
+
+
+def test_step_logs_with_lox_and_learns():
+    cfg = small_config(train=dict(grad_accum=2, steps=20))
+    state, step = _setup(cfg)
+    batch = _batch(cfg)
+    losses = []
+    for _ in range(8):
+        state, logs = step(state, batch)
+        losses.append(float(logs["loss"][0]))
+    assert set(logs) == {"loss", "grad_norm", "lr", "micro_loss"}
+    assert logs["micro_loss"].shape == (2,) and logs["loss"].shape == (1,)
+    np.testing.assert_allclose(logs["loss"][0], logs["micro_loss"].mean(), rtol=1e-6)
+    assert int(logs.steps["loss"]["step"][0]) == 7 and int(state.step) == 8
+    assert float(logs["lr"][0]) == pytest.approx(float(make_schedule(cfg.train)(7)))
+    assert losses[-1] < losses[0] - 0.5  # memorising one batch
+
+
+def test_grad_accumulation_matches_one_big_batch():
+    one = small_config(train=dict(grad_accum=1))
+    two = small_config(train=dict(grad_accum=2))
+    batch = _batch(one)
+    s1, f1 = _setup(one)
+    s2, f2 = _setup(two)
+    s1, _ = f1(s1, batch)
+    s2, _ = f2(s2, batch.reshape(2, 4, -1))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-6), s1.params, s2.params)
+
+
+def test_sharded_step_on_8_devices_matches_one_device():
+    assert jax.device_count() == 8
+    cfg1 = small_config()
+    cfg8 = small_config(mesh=dict(data=2, fsdp=2, tensor=2))
+    batch = _batch(cfg1)
+    s1, f1 = _setup(cfg1)
+    s8, f8 = _setup(cfg8, jax.devices())
+    wq = s8.params.blocks.attn.wq
+    assert tuple(wq.sharding.spec) == (None, "fsdp", "tensor", None)
+    mu = s8.opt_state[1][0].mu.blocks.attn.wq  # Adam's moments are sharded like the params
+    assert mu.sharding == wq.sharding
+    for _ in range(2):
+        s1, l1 = f1(s1, batch)
+        s8, l8 = f8(s8, batch)
+        np.testing.assert_allclose(l1["loss"], l8["loss"], rtol=1e-5)
+    assert s8.params.blocks.attn.wq.sharding == wq.sharding  # donated state keeps its layout
+
+
+def test_weight_decay_skips_vectors():
+    cfg = small_config(train=dict(lr=1e-2, weight_decay=0.5))
+    state, step = _setup(cfg)
+    zero = jax.tree.map(jnp.zeros_like, state.params)
+    opt = make_optimizer(cfg.train)
+    updates, _ = opt.update(zero, state.opt_state, state.params)
+    assert float(jnp.abs(updates.final_norm.scale).max()) == 0.0
+    assert float(jnp.abs(updates.embed).max()) == 0.0  # lr is 0 at step 0 (warmup)
+    del step
+    sched = make_schedule(dataclasses.replace(cfg.train, steps=10, warmup_steps=2))
+    assert float(sched(0)) == 0.0 and float(sched(2)) == pytest.approx(1e-2)
