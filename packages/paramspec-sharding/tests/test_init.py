@@ -143,6 +143,29 @@ def test_shardings_rejects_leaves_without_logical_axes(mesh):
         shardings({"x": [jnp.ones(2)]}, mesh, RULES)
 
 
+def test_empty_tree(mesh):
+    assert init({}, 0, mesh, RULES) == {}
+    assert shardings({"a": None}, mesh, RULES) == {"a": None}
+
+
+def test_raw_prng_key_data_is_accepted(mesh):
+    a = init(specs(), jax.random.PRNGKey(0), mesh, RULES)
+    assert a["emb"].shape == (64, 16)
+
+
+def test_swapped_arguments_error_text(mesh):
+    with pytest.raises(
+        TypeError, match=r"init\(\): key: got Mesh .*expected a PRNG key.*argument order"
+    ):
+        init(specs(), mesh, jax.random.key(0), RULES)
+    with pytest.raises(
+        TypeError, match=r"shardings\(\): mesh: got Rules, expected a jax.sharding.Mesh"
+    ):
+        shardings(specs(), RULES, mesh)
+    with pytest.raises(TypeError, match=r"key: got ArrayImpl with dtype float32 and shape \(3,\)"):
+        init(specs(), jnp.ones(3), mesh, RULES)
+
+
 def test_bad_initializer_output_names_path(mesh):
     spec = ParamSpec((4, 4), ("embed", None), initializer=lambda k, s, d: jnp.ones(s[:1]))
     with pytest.raises(

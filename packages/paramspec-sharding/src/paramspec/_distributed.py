@@ -12,7 +12,7 @@ import numpy as np
 
 from core_primitives import format_path, keypath_to_path
 
-from ._rules import as_rules, raise_if_problems, resolve
+from ._rules import as_rules, check_mesh, raise_if_problems, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +172,7 @@ def make_global_batch(local_batch: Any, logical_axes: Any, mesh: Any, rules: Any
         >>> batch["x"].shape, batch["x"].addressable_shards[0].data.shape
         ((16, 3), (2, 3))
     """
+    check_mesh("make_global_batch()", mesh)
     rules = as_rules(rules)
     axes = (logical_axes,) if isinstance(logical_axes, str) else tuple(logical_axes)
     pairs, treedef = jax.tree_util.tree_flatten_with_path(local_batch)
@@ -187,7 +188,7 @@ def make_global_batch(local_batch: Any, logical_axes: Any, mesh: Any, rules: Any
         jax.make_array_from_process_local_data(s, np.asarray(leaf))
         for s, (_, leaf) in zip(shardings, pairs)
     ]
-    return treedef.unflatten(arrays)
+    return jax.tree.unflatten(treedef, arrays)
 
 
 def _leaf_spec(where: str, axes: tuple[Any, ...], ndim: int, mesh: Any, rules: Any) -> Any:

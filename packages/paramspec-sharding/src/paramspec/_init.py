@@ -13,7 +13,7 @@ from jax.sharding import NamedSharding
 
 from core_primitives import format_path, format_problems, has_logical_axes, keypath_to_path
 
-from ._rules import as_rules, raise_if_problems, resolve
+from ._rules import as_rules, check_mesh, raise_if_problems, resolve
 from ._spec import ParamSpec
 
 
@@ -68,6 +68,7 @@ def _describe(x: Any) -> str:
 def _leaf_shardings(
     fn: str, paths: list[str], leaves: list[Any], mesh: Any, rules: Any
 ) -> list[Any]:
+    check_mesh(fn, mesh)
     rules = as_rules(rules)
     problems: list[str] = []
     out = []
@@ -191,17 +192,31 @@ def init(specs: Any, key: Any, mesh: Any, rules: Any) -> Any:
         >>> w.shape, tuple(w.sharding.spec), w.addressable_shards[0].data.shape
         ((16, 8), ('model', None), (2, 8))
     """
+    key = _as_key(key)
     paths, leaves, treedef = _flatten(specs)
     _check_carriers("init()", paths, leaves, need_spec=True)
     out = _leaf_shardings("init()", paths, leaves, mesh, rules)
     program = _init_program(tuple(paths), tuple(leaves), tuple(out))
-    return treedef.unflatten(program(_as_key(key)))
+    return treedef.unflatten(program(key))
 
 
 def _as_key(key: Any) -> Any:
-    if isinstance(key, int | np.integer):
+    if isinstance(key, int | np.integer) and not isinstance(key, bool):
         return jax.random.key(int(key))
-    return key
+    dtype = getattr(key, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        return key
+    if dtype == np.uint32 and np.shape(key) == (2,):  # raw jax.random.PRNGKey data
+        return key
+    raise TypeError(
+        f"init(): key: got {type(key).__name__} {_describe_key(key)}, expected a PRNG key such as "
+        "jax.random.key(0) (or an int seed). Check the argument order: init(specs, key, mesh, rules)."
+    )
+
+
+def _describe_key(key: Any) -> str:
+    dtype = getattr(key, "dtype", None)
+    return f"with dtype {dtype} and shape {np.shape(key)}" if dtype is not None else repr(key)[:60]
 
 
 def path_seed(path: str) -> tuple[int, int]:

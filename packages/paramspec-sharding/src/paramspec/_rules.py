@@ -70,6 +70,15 @@ class Rules(Mapping[str, MeshAxes]):
         return f"Rules({shown!r})"
 
 
+def check_mesh(fn: str, mesh: Any) -> None:
+    """Fail early, with the fix, when something else was passed where the mesh goes."""
+    if not (hasattr(mesh, "axis_names") and hasattr(mesh, "shape")):
+        raise TypeError(
+            f"{fn}: mesh: got {type(mesh).__name__}, expected a jax.sharding.Mesh, e.g. "
+            'paramspec.make_mesh((2, 4), ("data", "model")). Check the argument order.'
+        )
+
+
 def as_rules(rules: Any) -> Rules:
     """``rules`` as a ``Rules``; a plain mapping is accepted and converted."""
     return rules if isinstance(rules, Rules) else Rules(rules)
@@ -236,6 +245,7 @@ def logical_to_sharding(logical_axes: Any, mesh: Any, rules: Any) -> NamedShardi
         >>> tuple(ps.logical_to_sharding(("vocab", "embed"), mesh, rules).spec)
         (None, 'model')
     """
+    check_mesh("logical_to_sharding()", mesh)
     rules = as_rules(rules)
     spec, problems = resolve(f"logical axes {logical_axes!r}", logical_axes, None, mesh, rules)
     raise_if_problems("logical_to_sharding()", mesh, problems)
@@ -269,6 +279,7 @@ def constrain(x: jax.Array, logical_axes: Any, mesh: Any, rules: Any) -> jax.Arr
         >>> tuple(f(jax.numpy.ones((4, 8))).sharding.spec)
         ('data', 'model')
     """
+    check_mesh("constrain()", mesh)
     rules = as_rules(rules)
     where = f"array of shape {tuple(x.shape)}"
     spec, problems = resolve(where, logical_axes, tuple(x.shape), mesh, rules)
