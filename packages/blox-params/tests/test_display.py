@@ -39,3 +39,22 @@ def test_abstract_params_from_eval_shape():
 def test_display_rejects_other_trees():
     with pytest.raises(TypeError, match="display shows blox Params, got dict"):
         bx.display({"a": 1})  # type: ignore[arg-type]
+
+
+def test_notebook_uses_treescope(monkeypatch):
+    import sys
+    import types
+
+    from blox import _display
+
+    shown = []
+    fake = types.ModuleType("treescope")
+    fake.display = shown.append  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "treescope", fake)
+    monkeypatch.setattr(_display, "_in_notebook", lambda: True)
+    params = bx.Params({("net", "w"): jnp.zeros(2)})
+    bx.display(params)
+    assert shown == [params]
+    out = io.StringIO()
+    bx.display(params, file=out)  # an explicit file always gets the text tree
+    assert out.getvalue().startswith("Params: 1 arrays")

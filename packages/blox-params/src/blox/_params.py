@@ -356,8 +356,6 @@ class Params(Mapping[Path, Param]):
         struct, values = _EMPTY, []
         for path, entry in (entries or {}).items():
             path = _check_path(path)
-            if path in struct.index:
-                raise ValueError(f"Params got the path {format_path(path)} twice.")
             struct = struct.appended(path)
             values.append(entry if isinstance(entry, Param) else Param(entry))
         self._struct = struct
