@@ -1,13 +1,22 @@
 import dataclasses
+import importlib.util
+import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import small_config
 
-from gpt_models._parallel import make_mesh
-from gpt_models._train import (
+# Load this folder's conftest by path: a bare `import conftest` can pick up another package's.
+_spec = importlib.util.spec_from_file_location(
+    "_gpt_tests_conftest", pathlib.Path(__file__).with_name("conftest.py")
+)
+_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_conftest)
+small_config = _conftest.small_config
+
+from gpt_models._parallel import make_mesh  # noqa: E402
+from gpt_models._train import (  # noqa: E402
     abstract_state,
     compile_train_step,
     init_state,
