@@ -6,11 +6,11 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-import dataclasses  # noqa: E402
+import dataclasses
 
-import pytest  # noqa: E402
+import pytest
 
-from gpt_models import PRESETS, Config  # noqa: E402
+from gpt_models import PRESETS, Config
 
 
 def small_config(**sections) -> Config:
@@ -20,9 +20,15 @@ def small_config(**sections) -> Config:
         base,
         model=dataclasses.replace(base.model, seq_len=32, d_model=32, n_layers=2, n_heads=2),
         train=dataclasses.replace(
-            base.train, steps=6, batch_size=8, warmup_steps=1, eval_every=3, eval_batches=2,
-            checkpoint_every=3, lr=3e-3,
-        ),  # fmt: skip
+            base.train,
+            steps=6,
+            batch_size=8,
+            warmup_steps=1,
+            eval_every=3,
+            eval_batches=2,
+            checkpoint_every=3,
+            lr=3e-3,
+        ),
         mesh=dataclasses.replace(base.mesh, data=1),
         sample=dataclasses.replace(base.sample, max_new_tokens=8),
     )

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gpt_models import UsageError
-from gpt_models._checkpoint import CheckpointWarning, Checkpointer
+from gpt_models._checkpoint import Checkpointer, CheckpointWarning
 
 
 def _state(x):
@@ -55,7 +55,9 @@ def test_sharded_round_trip_onto_another_layout(tmp_path):
     ckpt = Checkpointer(tmp_path, keep=1)
     ckpt.save(1, {"x": x}, {})
     ckpt.wait()
-    target = {"x": jax.ShapeDtypeStruct((8, 8), x.dtype, sharding=NamedSharding(mesh, P(None, "x")))}
+    target = {
+        "x": jax.ShapeDtypeStruct((8, 8), x.dtype, sharding=NamedSharding(mesh, P(None, "x")))
+    }
     out, _, _ = ckpt.restore(target)
     np.testing.assert_array_equal(out["x"], x)
     assert out["x"].sharding.spec == P(None, "x")

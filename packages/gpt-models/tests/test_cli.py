@@ -33,13 +33,21 @@ def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys):
     assert "--- sample ---" in out.out and "val loss" in out.out
     for name in ("config.toml", "loss.png", "sample.txt", "metrics/run_0"):
         assert (run / name).exists(), name
-    assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [3, 6]
+    assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [
+        3,
+        6,
+    ]
     cfg = _config.load_config(str(run / "config.toml"))
     assert cfg.train.steps == 6 and cfg.model.d_model == 32
 
     assert main(["eval", str(run)]) == 0
     assert capsys.readouterr().out.startswith("val_loss ")
-    assert main(["sample", str(run), "--prompt", "The ", "--max-new-tokens", "5", "--temperature", "0"]) == 0
+    assert (
+        main(
+            ["sample", str(run), "--prompt", "The ", "--max-new-tokens", "5", "--temperature", "0"]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.startswith("The ")
 
     # Resume from step 3 (as if interrupted there): the result is bit-for-bit the uninterrupted one.

@@ -21,13 +21,34 @@ def test_gpt2_small_is_124m_with_tied_embeddings():
 
 def test_design_keys_exist():
     keys = set(valid_keys())
-    wanted = (
-        "model.vocab_size model.seq_len model.d_model model.n_layers model.n_heads model.n_kv_heads "
-        "model.mlp model.norm model.pos model.tie_embeddings model.dtype train.steps train.batch_size "
-        "train.lr train.warmup_steps train.grad_accum train.eval_every train.checkpoint_every "
-        "train.keep_checkpoints train.seed data.path data.val_fraction mesh.data mesh.fsdp "
-        "mesh.tensor log.wandb"
-    ).split()
+    wanted = [
+        "model.vocab_size",
+        "model.seq_len",
+        "model.d_model",
+        "model.n_layers",
+        "model.n_heads",
+        "model.n_kv_heads",
+        "model.mlp",
+        "model.norm",
+        "model.pos",
+        "model.tie_embeddings",
+        "model.dtype",
+        "train.steps",
+        "train.batch_size",
+        "train.lr",
+        "train.warmup_steps",
+        "train.grad_accum",
+        "train.eval_every",
+        "train.checkpoint_every",
+        "train.keep_checkpoints",
+        "train.seed",
+        "data.path",
+        "data.val_fraction",
+        "mesh.data",
+        "mesh.fsdp",
+        "mesh.tensor",
+        "log.wandb",
+    ]
     assert set(wanted) <= keys
 
 
@@ -105,7 +126,9 @@ def test_parse_set_requires_equals():
 
 
 def test_load_config_errors(tmp_path):
-    with pytest.raises(ConfigError, match=r"Unknown preset 'gpt2-smal'\. Did you mean 'gpt2-small'"):
+    with pytest.raises(
+        ConfigError, match=r"Unknown preset 'gpt2-smal'\. Did you mean 'gpt2-small'"
+    ):
         load_config("gpt2-smal")
     with pytest.raises(ConfigError, match=r"Config file .*nope.toml does not exist"):
         load_config(str(tmp_path / "nope.toml"))

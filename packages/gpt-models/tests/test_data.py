@@ -8,7 +8,7 @@ from gpt_models._data import eval_batches, load_dataset, train_batch
 
 def test_default_corpus_is_pydoc_topics():
     text = default_corpus()
-    assert len(text.encode()) > 300_000 and "The \"assert\" statement" in text
+    assert len(text.encode()) > 300_000 and 'The "assert" statement' in text
     assert default_corpus() == text  # deterministic
 
 
@@ -46,7 +46,10 @@ def test_nanogpt_bin_file_and_folder(tmp_path):
 
 def test_bin_tokens_must_fit_vocab(tmp_path):
     (np.arange(3000) % 1000).astype(np.uint16).tofile(tmp_path / "x.bin")
-    with pytest.raises(DataError, match=r"has token id 999, but model.vocab_size = 256\. Set --set model\.vocab_size=1024"):
+    with pytest.raises(
+        DataError,
+        match=r"has token id 999, but model.vocab_size = 256\. Set --set model\.vocab_size=1024",
+    ):
         load_dataset(DataConfig(path=str(tmp_path / "x.bin")), seq_len=16, vocab_size=256)
 
 
@@ -57,7 +60,9 @@ def test_missing_and_short_data_errors(tmp_path):
     with pytest.raises(DataError) as info:
         load_dataset(DataConfig(path=str(tmp_path / "short.txt")), seq_len=64, vocab_size=256)
     text = str(info.value)
-    assert "validation split has 10 tokens" in text and "model.seq_len = 64 needs at least 66" in text
+    assert (
+        "validation split has 10 tokens" in text and "model.seq_len = 64 needs at least 66" in text
+    )
     assert "--set model.seq_len=" in text
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -67,7 +72,7 @@ def test_missing_and_short_data_errors(tmp_path):
 
 def test_batches_depend_only_on_seed_and_step():
     tokens = np.arange(10_000)
-    kw = dict(seed=3, batch_size=8, grad_accum=2, seq_len=16)
+    kw = {"seed": 3, "batch_size": 8, "grad_accum": 2, "seq_len": 16}
     a = train_batch(tokens, 5, **kw)
     assert a.shape == (2, 4, 17) and a.dtype == np.int32
     np.testing.assert_array_equal(a, train_batch(tokens, 5, **kw))
@@ -78,10 +83,15 @@ def test_batches_depend_only_on_seed_and_step():
 
 def test_process_shards_concatenate_to_the_global_batch():
     tokens = np.arange(10_000)
-    kw = dict(seed=0, batch_size=8, grad_accum=2, seq_len=16)
+    kw = {"seed": 0, "batch_size": 8, "grad_accum": 2, "seq_len": 16}
     full = train_batch(tokens, 1, **kw)
     parts = [train_batch(tokens, 1, process_index=p, process_count=2, **kw) for p in range(2)]
     np.testing.assert_array_equal(np.concatenate(parts, axis=1), full)
     ev = eval_batches(tokens, n_batches=2, batch_size=4, seq_len=16)
-    halves = [eval_batches(tokens, n_batches=2, batch_size=4, seq_len=16, process_index=p, process_count=2) for p in range(2)]
+    halves = [
+        eval_batches(
+            tokens, n_batches=2, batch_size=4, seq_len=16, process_index=p, process_count=2
+        )
+        for p in range(2)
+    ]
     np.testing.assert_array_equal(np.concatenate(halves, axis=1), ev)

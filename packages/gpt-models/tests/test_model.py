@@ -11,9 +11,14 @@ from gpt_models._model import flops_per_token, loss_fn, param_count
 BASE = dataclasses.replace(PRESETS["tiny"].model, seq_len=16, d_model=32, n_layers=2, n_heads=4)
 VARIANTS = {
     "tiny-default": {},
-    "gpt2-style": dict(pos="learned", norm="layernorm", mlp="gelu", qk_norm=False),
-    "gqa-swiglu-softcap-untied": dict(n_kv_heads=2, mlp="swiglu", logit_softcap=15.0, tie_embeddings=False),
-    "mqa-remat": dict(n_kv_heads=1, remat="full"),
+    "gpt2-style": {"pos": "learned", "norm": "layernorm", "mlp": "gelu", "qk_norm": False},
+    "gqa-swiglu-softcap-untied": {
+        "n_kv_heads": 2,
+        "mlp": "swiglu",
+        "logit_softcap": 15.0,
+        "tie_embeddings": False,
+    },
+    "mqa-remat": {"n_kv_heads": 1, "remat": "full"},
 }
 
 
@@ -48,7 +53,7 @@ def test_scan_and_remat_do_not_change_values():
     params = init_params(BASE, jax.random.key(0))
     batch = _tokens(length=17)
     ref = jax.value_and_grad(loss_fn)(params, batch, BASE)
-    for change in (dict(scan_layers=not BASE.scan_layers), dict(remat="full"), dict(remat="dots")):
+    for change in ({"scan_layers": not BASE.scan_layers}, {"remat": "full"}, {"remat": "dots"}):
         cfg = dataclasses.replace(BASE, **change)
         got = jax.value_and_grad(loss_fn)(params, batch, cfg)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, ref)
@@ -71,5 +76,7 @@ def test_initial_loss_is_near_uniform():
 
 
 def test_counts():
-    assert param_count(BASE) == sum(x.size for x in jax.tree.leaves(init_params(BASE, jax.random.key(0))))
+    assert param_count(BASE) == sum(
+        x.size for x in jax.tree.leaves(init_params(BASE, jax.random.key(0)))
+    )
     assert flops_per_token(BASE) > 6 * 2 * (4 * 32 * 32 + 2 * 32 * 128)

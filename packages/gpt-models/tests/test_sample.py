@@ -8,7 +8,9 @@ import pytest
 from gpt_models import PRESETS, forward, generate, init_params
 from gpt_models._sample import sample_token
 
-CFG = dataclasses.replace(PRESETS["tiny"].model, seq_len=32, d_model=32, n_layers=2, n_heads=4, init_std=0.3)
+CFG = dataclasses.replace(
+    PRESETS["tiny"].model, seq_len=32, d_model=32, n_layers=2, n_heads=4, init_std=0.3
+)
 
 
 @pytest.fixture(scope="module")
@@ -19,12 +21,18 @@ def params():
 @pytest.mark.parametrize(
     ("temperature", "top_k", "top_p"), [(0.0, None, None), (1.0, None, None), (0.8, 20, 0.9)]
 )
-@pytest.mark.parametrize("variant", [{}, dict(pos="learned", n_kv_heads=2, scan_layers=False)])
+@pytest.mark.parametrize("variant", [{}, {"pos": "learned", "n_kv_heads": 2, "scan_layers": False}])
 def test_cached_equals_uncached(params, temperature, top_k, top_p, variant):
     cfg = dataclasses.replace(CFG, **variant)
     p = params if not variant else init_params(cfg, jax.random.key(0))
     prompt = jnp.array([[72, 105, 33], [10, 20, 30]])
-    kw = dict(max_new_tokens=20, temperature=temperature, top_k=top_k, top_p=top_p, key=jax.random.key(1))
+    kw = {
+        "max_new_tokens": 20,
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "key": jax.random.key(1),
+    }
     cached = generate(p, prompt, cfg, **kw)
     uncached = generate(p, prompt, cfg, use_cache=False, **kw)
     assert cached.shape == (2, 23)
@@ -33,7 +41,9 @@ def test_cached_equals_uncached(params, temperature, top_k, top_p, variant):
 
 
 def test_greedy_matches_argmax_of_forward(params):
-    out = generate(params, jnp.array([1, 2, 3]), CFG, max_new_tokens=4, temperature=0.0, key=jax.random.key(0))
+    out = generate(
+        params, jnp.array([1, 2, 3]), CFG, max_new_tokens=4, temperature=0.0, key=jax.random.key(0)
+    )
     for i in range(3, 7):
         logits = forward(params, out[None, :i], CFG)[0, -1]
         assert int(out[i]) == int(jnp.argmax(logits))
@@ -42,8 +52,10 @@ def test_greedy_matches_argmax_of_forward(params):
 def test_top_k_one_and_tiny_top_p_are_greedy(params):
     prompt = jnp.array([5, 6, 7])
     greedy = generate(params, prompt, CFG, max_new_tokens=8, temperature=0.0, key=jax.random.key(0))
-    for kw in (dict(top_k=1), dict(top_p=1e-6)):
-        got = generate(params, prompt, CFG, max_new_tokens=8, temperature=1.0, key=jax.random.key(3), **kw)
+    for kw in ({"top_k": 1}, {"top_p": 1e-6}):
+        got = generate(
+            params, prompt, CFG, max_new_tokens=8, temperature=1.0, key=jax.random.key(3), **kw
+        )
         np.testing.assert_array_equal(got, greedy)
 
 
@@ -69,7 +81,10 @@ def test_stop_token_fills_the_rest(params):
 
 
 def test_length_errors(params):
-    with pytest.raises(ValueError, match=r"prompt \(3 tokens\) \+ max_new_tokens \(40\) = 43 exceeds .* model.seq_len = 32"):
+    with pytest.raises(
+        ValueError,
+        match=r"prompt \(3 tokens\) \+ max_new_tokens \(40\) = 43 exceeds .* model.seq_len = 32",
+    ):
         generate(params, jnp.array([1, 2, 3]), CFG, max_new_tokens=40, key=jax.random.key(0))
     with pytest.raises(ValueError, match=r"the prompt is empty"):
         generate(params, jnp.zeros((0,), jnp.int32), CFG, max_new_tokens=4, key=jax.random.key(0))

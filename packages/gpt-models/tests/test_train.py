@@ -39,7 +39,7 @@ def _setup(cfg, devices=None):
 
 
 def test_step_logs_with_lox_and_learns():
-    cfg = small_config(train=dict(grad_accum=2, steps=20))
+    cfg = small_config(train={"grad_accum": 2, "steps": 20})
     state, step = _setup(cfg)
     batch = _batch(cfg)
     losses = []
@@ -55,8 +55,8 @@ def test_step_logs_with_lox_and_learns():
 
 
 def test_grad_accumulation_matches_one_big_batch():
-    one = small_config(train=dict(grad_accum=1))
-    two = small_config(train=dict(grad_accum=2))
+    one = small_config(train={"grad_accum": 1})
+    two = small_config(train={"grad_accum": 2})
     batch = _batch(one)
     s1, f1 = _setup(one)
     s2, f2 = _setup(two)
@@ -68,7 +68,7 @@ def test_grad_accumulation_matches_one_big_batch():
 def test_sharded_step_on_8_devices_matches_one_device():
     assert jax.device_count() == 8
     cfg1 = small_config()
-    cfg8 = small_config(mesh=dict(data=2, fsdp=2, tensor=2))
+    cfg8 = small_config(mesh={"data": 2, "fsdp": 2, "tensor": 2})
     batch = _batch(cfg1)
     s1, f1 = _setup(cfg1)
     s8, f8 = _setup(cfg8, jax.devices())
@@ -84,7 +84,7 @@ def test_sharded_step_on_8_devices_matches_one_device():
 
 
 def test_weight_decay_skips_vectors():
-    cfg = small_config(train=dict(lr=1e-2, weight_decay=0.5))
+    cfg = small_config(train={"lr": 1e-2, "weight_decay": 0.5})
     state, step = _setup(cfg)
     zero = jax.tree.map(jnp.zeros_like, state.params)
     opt = make_optimizer(cfg.train)

@@ -5,12 +5,12 @@ exposes the same pieces: configs and presets, the byte tokenizer and data, the m
 ``generate`` and ``train``.
 """
 
+from ._config import PRESETS as PRESETS
 from ._config import Config as Config
 from ._config import DataConfig as DataConfig
 from ._config import LogConfig as LogConfig
 from ._config import MeshConfig as MeshConfig
 from ._config import ModelConfig as ModelConfig
-from ._config import PRESETS as PRESETS
 from ._config import SampleConfig as SampleConfig
 from ._config import TrainConfig as TrainConfig
 from ._config import load_config as load_config
@@ -19,6 +19,7 @@ from ._errors import ConfigError as ConfigError
 from ._errors import DataError as DataError
 from ._errors import TrainingDivergedError as TrainingDivergedError
 from ._errors import UsageError as UsageError
+from ._loop import train as train
 from ._model import GPT as GPT
 from ._model import forward as forward
 from ._model import init_params as init_params

@@ -88,7 +88,8 @@ class Checkpointer:
                         stacklevel=2,
                     )
         raise UsageError(
-            f"No checkpoint in {self.directory} could be restored:\n  " + "\n  ".join(errors)
+            f"No checkpoint in {self.directory} could be restored:\n  "
+            + "\n  ".join(errors)
             + "\nThe files may be damaged or from a different model config."
         )
 

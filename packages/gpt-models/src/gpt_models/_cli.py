@@ -23,7 +23,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Train, sample from and evaluate small GPT models (byte-level by default).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{train,sample,eval}")
-    _train_parser(sub.add_parser("train", help="train a model (defaults: tiny model, embedded corpus)"))
+    _train_parser(
+        sub.add_parser("train", help="train a model (defaults: tiny model, embedded corpus)")
+    )
     _sample_parser(sub.add_parser("sample", help="generate text from a run's newest checkpoint"))
     ev = sub.add_parser("eval", help="print the validation loss of a run's newest checkpoint")
     ev.add_argument("run_dir", metavar="RUN_DIR")
@@ -89,7 +91,7 @@ def _maybe_distributed(args: argparse.Namespace) -> None:
         ps.initialize_distributed(args.coordinator, args.num_processes, args.process_id)
 
 
-def _train_config(args: argparse.Namespace):  # noqa: ANN202
+def _train_config(args: argparse.Namespace):
     from . import _config
     from ._errors import ConfigError
 
@@ -100,7 +102,9 @@ def _train_config(args: argparse.Namespace):  # noqa: ANN202
         overrides["log.wandb"] = args.wandb
     if args.resume:
         if args.config:
-            raise ConfigError("--resume takes the run's own config.toml; do not pass --config with it.")
+            raise ConfigError(
+                "--resume takes the run's own config.toml; do not pass --config with it."
+            )
         base = _config.load_config(str(Path(args.resume) / "config.toml"))
     else:
         base = _config.load_config(args.config or "tiny")
@@ -137,7 +141,9 @@ def _run_dir(args: argparse.Namespace) -> Path:
             )
         return run
     if args.name is None and jax.process_count() > 1:
-        raise UsageError("Multi-process training needs an explicit --name (the same on every process).")
+        raise UsageError(
+            "Multi-process training needs an explicit --name (the same on every process)."
+        )
     preset = args.config if args.config and not args.config.endswith(".toml") else "custom"
     name = args.name or f"{preset if args.config else 'tiny'}-{time.strftime('%Y%m%d-%H%M%S')}"
     return Path(args.out) / check_run_name(name)

@@ -294,7 +294,7 @@ def _unknown_key(key: str, cfg: Config) -> ConfigError:
     keys = valid_keys(cfg)
     section = key.split(".")[0]
     same_section = [k for k in keys if k.startswith(section + ".")]
-    listed = same_section or [s for s in _sections(cfg)]
+    listed = same_section or list(_sections(cfg))
     what = f"keys in [{section}]" if same_section else "sections"
     return ConfigError(
         f"Unknown config key {key!r}.{did_you_mean(key, keys, n=1)} Valid {what}: "
@@ -329,11 +329,15 @@ def apply_overrides(cfg: Config, values: Mapping[str, Any], *, from_text: bool =
             problems.append(str(_unknown_key(key, cfg)))
             continue
         try:
-            updates.setdefault(section, {})[name] = _coerce(key, value, types[name], from_text=from_text)
+            updates.setdefault(section, {})[name] = _coerce(
+                key, value, types[name], from_text=from_text
+            )
         except ConfigError as err:
             problems.append(str(err))
     if problems:
-        raise ConfigError(problems[0] if len(problems) == 1 else format_problems("Bad config", problems))
+        raise ConfigError(
+            problems[0] if len(problems) == 1 else format_problems("Bad config", problems)
+        )
     new = {s: dataclasses.replace(sections[s], **updates[s]) for s in updates}
     return dataclasses.replace(cfg, **new)
 
@@ -368,7 +372,9 @@ def validate(cfg: Config) -> Config:
     m, t = cfg.model, cfg.train
     problems = [f"{k} = {v!r} must be > 0" for k, v in _positives(cfg).items() if not v > 0]
     if m.d_model % max(m.n_heads, 1):
-        problems.append(f"model.d_model = {m.d_model} must be divisible by model.n_heads = {m.n_heads}")
+        problems.append(
+            f"model.d_model = {m.d_model} must be divisible by model.n_heads = {m.n_heads}"
+        )
     if m.n_kv_heads < 0 or (m.n_kv_heads and m.n_heads % m.n_kv_heads):
         problems.append(
             f"model.n_kv_heads = {m.n_kv_heads} must divide model.n_heads = {m.n_heads} "

@@ -77,7 +77,7 @@ def _read_tokens(path: Path | None) -> np.ndarray:
     if not path.exists():
         raise DataError(
             f"Data path {path} does not exist. Expected a text file, a folder of text files, a "
-            "nanoGPT uint16 .bin file, or data.path=\"\" for the embedded corpus."
+            'nanoGPT uint16 .bin file, or data.path="" for the embedded corpus.'
         )
     if path.is_file() and path.suffix == ".bin":
         return _read_bin(path)

@@ -18,8 +18,9 @@ from typing import Any, TextIO
 
 import jax
 import jax.numpy as jnp
-import lox
 import numpy as np
+
+import lox
 import paramspec as ps
 
 from . import _config
@@ -101,7 +102,9 @@ def _check_batch_fits(cfg: Config, mesh: Any) -> None:
             f"Use a batch size that is a multiple of {math.lcm(shards, jax.process_count()) * cfg.train.grad_accum}."
         )
     if cfg.train.batch_size % jax.process_count():
-        raise ConfigError(f"train.batch_size must be a multiple of the process count {jax.process_count()}.")
+        raise ConfigError(
+            f"train.batch_size must be a multiple of the process count {jax.process_count()}."
+        )
 
 
 def _abstract(cfg: Config, optimizer: Any, mesh: Any) -> Any:
@@ -156,7 +159,10 @@ def _global_batch(local: np.ndarray, sharding: Any, global_rows: int) -> jax.Arr
 
 def _meta(cfg: Config, step: int, dataset: Dataset) -> dict[str, Any]:
     # The data position is the step: batches are a pure function of (train.seed, step).
-    return {"step": step, "data": {"seed": cfg.train.seed, "next_step": step, "source": dataset.source}}
+    return {
+        "step": step,
+        "data": {"seed": cfg.train.seed, "next_step": step, "source": dataset.source},
+    }
 
 
 def _loggers(cfg: Config, run: Path) -> lox.Logger:
@@ -164,9 +170,12 @@ def _loggers(cfg: Config, run: Path) -> lox.Logger:
     if cfg.log.wandb != "disabled":
         loggers.append(
             lox.WandbLogger(
-                project=cfg.log.wandb_project, name=run.name, mode=cfg.log.wandb, dir=str(run),
+                project=cfg.log.wandb_project,
+                name=run.name,
+                mode=cfg.log.wandb,
+                dir=str(run),
                 config=_config.to_dict(cfg),
-            )  # fmt: skip
+            )
         )
     return lox.MultiLogger(*loggers)
 
@@ -175,7 +184,9 @@ class _Evaluator:
     def __init__(self, cfg: Config, mesh: Any, abstract: Any, dataset: Dataset) -> None:
         t = cfg.train
         self.fn = compile_eval_step(cfg, mesh, abstract)
-        self.sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(("data", "fsdp"), None))
+        self.sharding = jax.sharding.NamedSharding(
+            mesh, jax.sharding.PartitionSpec(("data", "fsdp"), None)
+        )
         self.batches = eval_batches(
             dataset.val, n_batches=t.eval_batches, batch_size=t.batch_size // t.grad_accum,
             seq_len=cfg.model.seq_len, process_index=jax.process_index(),
@@ -240,7 +251,9 @@ def train(
     _write_text(run / "config.toml", _config.dumps(cfg))
     ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints)
     try:
-        return _train(cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt)
+        return _train(
+            cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt
+        )
     finally:
         ckpt.close()
 
@@ -317,9 +330,14 @@ def _train(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: b
                 extra["val_loss"] = np.array([val], np.float32)
             tps, mfu = progress.rates(done)
             if done % cfg.log.every == 0 or extra:
-                extra |= {"tokens_per_s": np.array([tps], np.float32), "mfu": np.array([mfu], np.float32)}
+                extra |= {
+                    "tokens_per_s": np.array([tps], np.float32),
+                    "mfu": np.array([mfu], np.float32),
+                }
             if logger:
-                logs = logs | lox.logdict(extra, steps={k: {"step": np.array([step], np.int32)} for k in extra})
+                logs = logs | lox.logdict(
+                    extra, steps={k: {"step": np.array([step], np.int32)} for k in extra}
+                )
                 log_state = logger.log(log_state, logs)
             progress.update(done, loss, force=bool(extra.get("val_loss") is not None))
             if "signum" in stop:
@@ -353,7 +371,7 @@ def _train(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: b
 def open_devnull() -> TextIO:
     import os
 
-    return open(os.devnull, "w")  # noqa: SIM115 - lives as long as the progress bar
+    return open(os.devnull, "w")
 
 
 def _diverged_message(cfg: Config, run: Path, step: int, loss: float, ckpt: Checkpointer) -> str:

@@ -15,8 +15,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from core_primitives import pytree_dataclass
+
 import paramspec as ps
+from core_primitives import pytree_dataclass
 from paramspec import ParamSpec
 
 from ._config import ModelConfig
@@ -35,7 +36,9 @@ _ONES = jax.nn.initializers.ones
 _ZEROS = jax.nn.initializers.zeros
 
 
-def _spec(cfg: ModelConfig, shape: tuple[int, ...], axes: tuple[str | None, ...], init: Any) -> ParamSpec:
+def _spec(
+    cfg: ModelConfig, shape: tuple[int, ...], axes: tuple[str | None, ...], init: Any
+) -> ParamSpec:
     return ParamSpec(shape, axes, dtype=jnp.dtype(cfg.param_dtype), initializer=init)
 
 
@@ -71,7 +74,11 @@ class Attention:
         la = ("layers",) * len(lead)
         d, h, kv, hd = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.head_dim
         init, out_init = _normal(cfg.init_std), _normal(cfg.init_std / math.sqrt(2 * cfg.n_layers))
-        qk = Norm.param_specs(dataclasses.replace(cfg, norm="rmsnorm"), lead, hd) if cfg.qk_norm else None
+        qk = (
+            Norm.param_specs(dataclasses.replace(cfg, norm="rmsnorm"), lead, hd)
+            if cfg.qk_norm
+            else None
+        )
         return cls(
             wq=_spec(cfg, (*lead, d, h, hd), (*la, "embed", "heads", "head_dim"), init),
             wk=_spec(cfg, (*lead, d, kv, hd), (*la, "embed", "kv_heads", "head_dim"), init),
@@ -95,7 +102,9 @@ class MLP:
         la = ("layers",) * len(lead)
         d, f = cfg.d_model, cfg.ff_dim
         init, out_init = _normal(cfg.init_std), _normal(cfg.init_std / math.sqrt(2 * cfg.n_layers))
-        gate = _spec(cfg, (*lead, d, f), (*la, "embed", "mlp"), init) if cfg.mlp == "swiglu" else None
+        gate = (
+            _spec(cfg, (*lead, d, f), (*la, "embed", "mlp"), init) if cfg.mlp == "swiglu" else None
+        )
         return cls(
             w_in=_spec(cfg, (*lead, d, f), (*la, "embed", "mlp"), init),
             w_out=_spec(cfg, (*lead, f, d), (*la, "mlp", "embed"), out_init),
@@ -142,9 +151,15 @@ class GPT:
     @classmethod
     def param_specs(cls, cfg: ModelConfig) -> GPT:
         init = _normal(cfg.init_std)
-        pos = _spec(cfg, (cfg.seq_len, cfg.d_model), (None, "embed"), init) if cfg.pos == "learned" else None
+        pos = (
+            _spec(cfg, (cfg.seq_len, cfg.d_model), (None, "embed"), init)
+            if cfg.pos == "learned"
+            else None
+        )
         unembed = (
-            None if cfg.tie_embeddings else _spec(cfg, (cfg.d_model, cfg.vocab_size), ("embed", "vocab"), init)
+            None
+            if cfg.tie_embeddings
+            else _spec(cfg, (cfg.d_model, cfg.vocab_size), ("embed", "vocab"), init)
         )
         return cls(
             embed=_spec(cfg, (cfg.vocab_size, cfg.d_model), ("vocab", "embed"), init),
@@ -193,7 +208,9 @@ def _rope(x: Array, positions: Array, theta: float) -> Array:
     return out.astype(x.dtype)
 
 
-def _attention(p: Attention, x: Array, positions: Array, cfg: ModelConfig, cache: Any) -> tuple[Array, Any]:
+def _attention(
+    p: Attention, x: Array, positions: Array, cfg: ModelConfig, cache: Any
+) -> tuple[Array, Any]:
     q = jnp.einsum("btd,dnh->btnh", x, p.wq)
     k = jnp.einsum("btd,dnh->btnh", x, p.wk)
     v = jnp.einsum("btd,dnh->btnh", x, p.wv)
@@ -206,10 +223,16 @@ def _attention(p: Attention, x: Array, positions: Array, cfg: ModelConfig, cache
     else:
         # Write this chunk's keys/values at its positions, then attend over the whole cache; the
         # mask hides both the future and the cache slots not written yet.
-        k_all = jax.lax.dynamic_update_slice_in_dim(cache[0], k.astype(cache[0].dtype), positions[0], 1)
-        v_all = jax.lax.dynamic_update_slice_in_dim(cache[1], v.astype(cache[1].dtype), positions[0], 1)
+        k_all = jax.lax.dynamic_update_slice_in_dim(
+            cache[0], k.astype(cache[0].dtype), positions[0], 1
+        )
+        v_all = jax.lax.dynamic_update_slice_in_dim(
+            cache[1], v.astype(cache[1].dtype), positions[0], 1
+        )
         mask = jnp.arange(k_all.shape[1])[None, :] <= positions[:, None]  # (T, S)
-        out = jax.nn.dot_product_attention(q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask=mask[None, None])
+        out = jax.nn.dot_product_attention(
+            q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask=mask[None, None]
+        )
         cache = (k_all, v_all)
     return jnp.einsum("btnh,nhd->btd", out, p.wo), cache
 
@@ -238,7 +261,9 @@ _REMAT_POLICIES = {
 }
 
 
-def _blocks(blocks: Block, x: Array, positions: Array, cfg: ModelConfig, cache: Any, constrain: Any) -> tuple[Array, Any]:
+def _blocks(
+    blocks: Block, x: Array, positions: Array, cfg: ModelConfig, cache: Any, constrain: Any
+) -> tuple[Array, Any]:
     def body(x: Array, layer: tuple[Block, Any]) -> tuple[Array, Any]:
         p, c = layer
         x, c = _block(p, x, positions, cfg, c)
@@ -258,7 +283,9 @@ def _blocks(blocks: Block, x: Array, positions: Array, cfg: ModelConfig, cache: 
 
 
 def _cast(params: GPT, dtype: Any) -> GPT:
-    return jax.tree.map(lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, params)
+    return jax.tree.map(
+        lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, params
+    )
 
 
 def _no_constraint(x: Array) -> Array:

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import jax
+
 import paramspec as ps
 
 from ._config import MeshConfig
@@ -57,7 +58,9 @@ def make_mesh(cfg: MeshConfig, devices: Any = None) -> Any:
 
 def _suggestions(n: int) -> str:
     divisors = [d for d in range(1, n + 1) if n % d == 0]
-    fits = [f"data={n // d},fsdp={d}" for d in divisors][:3] + [f"data={n // d},tensor={d}" for d in divisors[1:]][:2]
+    fits = [f"data={n // d},fsdp={d}" for d in divisors][:3] + [
+        f"data={n // d},tensor={d}" for d in divisors[1:]
+    ][:2]
     return "; ".join(f"--set mesh.{s.replace(',', ' --set mesh.')}" for s in fits)
 
 

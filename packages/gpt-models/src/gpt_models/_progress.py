@@ -78,7 +78,11 @@ class Progress:
     def __init__(self, total: int, start: int, tokens_per_step: int, flops_per_token: float, peak: float,
                  *, every: int, stream: TextIO | None = None) -> None:  # fmt: skip
         self.total, self.start, self.every = total, start, every
-        self.tokens_per_step, self.flops_per_token, self.peak = tokens_per_step, flops_per_token, peak
+        self.tokens_per_step, self.flops_per_token, self.peak = (
+            tokens_per_step,
+            flops_per_token,
+            peak,
+        )
         self.stream = stream or sys.stderr
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.timer_start: float | None = None

@@ -33,7 +33,9 @@ def _filter_logits(logits: Array, top_k: int | None, top_p: float | None) -> Arr
     return logits
 
 
-def sample_token(logits: Array, key: Array, temperature: float, top_k: int | None, top_p: float | None) -> Array:
+def sample_token(
+    logits: Array, key: Array, temperature: float, top_k: int | None, top_p: float | None
+) -> Array:
     """One token per row of ``logits: (B, vocab)``; ``temperature == 0`` is greedy (argmax).
 
     Example:
@@ -119,7 +121,9 @@ def generate(
     return out[0] if squeeze else out
 
 
-def _loop(first: Any, step: Any, max_new_tokens: int, prompt: Array, stop_token: int | None) -> Array:
+def _loop(
+    first: Any, step: Any, max_new_tokens: int, prompt: Array, stop_token: int | None
+) -> Array:
     """Shared decode loop: ``step(carry, i) -> (carry, token)`` writes tokens ``1..max_new - 1``."""
     batch, plen = prompt.shape
     tokens = jnp.zeros((batch, plen + max_new_tokens), jnp.int32).at[:, :plen].set(prompt)
@@ -147,7 +151,9 @@ def _loop(first: Any, step: Any, max_new_tokens: int, prompt: Array, stop_token:
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4, 5, 6))
-def _generate_cached(params: Any, prompt: Array, key: Any, cfg: Any, max_new: int, options: tuple, stop: Any) -> Array:
+def _generate_cached(
+    params: Any, prompt: Array, key: Any, cfg: Any, max_new: int, options: tuple, stop: Any
+) -> Array:
     batch, plen = prompt.shape
     size = plen + max_new
     shape = (cfg.n_layers, batch, size, cfg.kv_heads, cfg.head_dim)
@@ -157,7 +163,9 @@ def _generate_cached(params: Any, prompt: Array, key: Any, cfg: Any, max_new: in
     first = sample_token(logits[:, -1], jax.random.fold_in(key, 0), *options)
 
     def step(cache: Any, i: Array, tok: Array) -> tuple[Any, Array]:
-        pos = (plen + i - 1)[None]  # the previous token's position: feed it, predict position plen + i
+        pos = (plen + i - 1)[
+            None
+        ]  # the previous token's position: feed it, predict position plen + i
         logits, cache = apply(params, tok[:, None], cfg, positions=pos, cache=cache)
         return cache, sample_token(logits[:, 0], jax.random.fold_in(key, i), *options)
 
@@ -165,7 +173,9 @@ def _generate_cached(params: Any, prompt: Array, key: Any, cfg: Any, max_new: in
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4, 5, 6))
-def _generate_uncached(params: Any, prompt: Array, key: Any, cfg: Any, max_new: int, options: tuple, stop: Any) -> Array:
+def _generate_uncached(
+    params: Any, prompt: Array, key: Any, cfg: Any, max_new: int, options: tuple, stop: Any
+) -> Array:
     batch, plen = prompt.shape
     buf = jnp.zeros((batch, plen + max_new), jnp.int32).at[:, :plen].set(prompt)
     logits = apply(params, buf, cfg)[0]

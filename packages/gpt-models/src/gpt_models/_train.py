@@ -11,12 +11,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import lox
 import optax
-import paramspec as ps
-from core_primitives import keypath_to_path, pytree_dataclass
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+
+import lox
+import paramspec as ps
+from core_primitives import keypath_to_path, pytree_dataclass
 
 from ._config import Config, TrainConfig
 from ._model import GPT, loss_fn
@@ -143,7 +144,12 @@ def init_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Any) 
 
 
 def train_step(
-    state: TrainState, batch: jax.Array, *, cfg: Config, optimizer: optax.GradientTransformation, constrain: Any
+    state: TrainState,
+    batch: jax.Array,
+    *,
+    cfg: Config,
+    optimizer: optax.GradientTransformation,
+    constrain: Any,
 ) -> TrainState:
     """One optimizer step on ``batch: (grad_accum, micro_batch, seq_len + 1)``.
 
@@ -177,7 +183,9 @@ def batch_sharding(mesh: Any) -> NamedSharding:
     return NamedSharding(mesh, P(None, ("data", "fsdp"), None))
 
 
-def compile_train_step(cfg: Config, optimizer: optax.GradientTransformation, mesh: Any, abstract: TrainState) -> Any:
+def compile_train_step(
+    cfg: Config, optimizer: optax.GradientTransformation, mesh: Any, abstract: TrainState
+) -> Any:
     """``step(state, batch) -> (state, logdict)``, jitted, the state donated and kept in place."""
     fn = functools.partial(
         train_step, cfg=cfg, optimizer=optimizer, constrain=activation_constraint(mesh)

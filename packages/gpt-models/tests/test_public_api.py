@@ -1,0 +1,36 @@
+import gpt_models
+
+EXPECTED = {
+    "ByteTokenizer",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "DataError",
+    "GPT",
+    "LogConfig",
+    "MeshConfig",
+    "ModelConfig",
+    "PRESETS",
+    "SampleConfig",
+    "TrainConfig",
+    "TrainingDivergedError",
+    "UsageError",
+    "default_corpus",
+    "forward",
+    "generate",
+    "init_params",
+    "load_config",
+    "train",
+}
+
+
+def test_exported_names_are_pinned():
+    public = {n for n in dir(gpt_models) if not n.startswith("_")}
+    assert public == EXPECTED
+
+
+def test_each_name_has_one_home():
+    for name in EXPECTED:
+        obj = getattr(gpt_models, name)
+        module = getattr(obj, "__module__", "gpt_models._")
+        assert module.startswith("gpt_models._") or name == "PRESETS", (name, module)
