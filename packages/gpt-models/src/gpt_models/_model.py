@@ -267,7 +267,7 @@ def _blocks(
     def body(x: Array, layer: tuple[Block, Any]) -> tuple[Array, Any]:
         p, c = layer
         x, c = _block(p, x, positions, cfg, c)
-        return constrain(x), c
+        return constrain(x, _RESIDUAL), c
 
     if cfg.remat != "none":
         body = jax.checkpoint(body, policy=_REMAT_POLICIES[cfg.remat])
@@ -288,7 +288,10 @@ def _cast(params: GPT, dtype: Any) -> GPT:
     )
 
 
-def _no_constraint(x: Array) -> Array:
+_RESIDUAL = ("batch", "seq", "act_embed")
+
+
+def _no_constraint(x: Array, logical_axes: tuple) -> Array:
     return x
 
 
@@ -303,17 +306,19 @@ def apply(
 ) -> tuple[Array, Any]:
     """Logits ``(B, T, vocab)`` in float32 and the updated KV cache (``None`` without one).
 
-    ``constrain(x)`` is applied to the residual stream after every block (the trainer passes a
-    ``paramspec.constrain`` with the batch axis sharded); ``positions`` defaults to ``0..T-1``.
+    ``constrain(x, logical_axes)`` places intermediates (the trainer passes ``paramspec.constrain``
+    with its mesh and rules): the residual stream after every block is batch-sharded, and the
+    embedding table is gathered whole before the lookup (a gather from a table sharded on both
+    axes makes XLA replicate it anyway, with a warning). ``positions`` defaults to ``0..T-1``.
     """
     dtype = compute_dtype(cfg)
     p = _cast(params, dtype)
     if positions is None:
         positions = jnp.arange(tokens.shape[1])
-    x = p.embed[tokens]
+    x = constrain(p.embed, (None, None))[tokens]
     if cfg.pos == "learned":
         x = x + p.pos_embed[positions][None]
-    x, cache = _blocks(p.blocks, constrain(x), positions, cfg, cache, constrain)
+    x, cache = _blocks(p.blocks, constrain(x, _RESIDUAL), positions, cfg, cache, constrain)
     x = _norm(p.final_norm, x, cfg.norm)
     unembed = p.embed.T if cfg.tie_embeddings else p.unembed
     logits = jnp.einsum("btd,dv->btv", x, unembed, preferred_element_type=jnp.float32)

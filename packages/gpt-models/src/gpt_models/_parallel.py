@@ -70,9 +70,9 @@ def single_device_mesh() -> Any:
 
 
 def activation_constraint(mesh: Any) -> Any:
-    """``x -> x`` sharded as (batch, seq, act_embed): the residual stream stays batch-parallel."""
+    """``(x, logical_axes) -> x`` placed on ``mesh`` by the model's rules (``paramspec.constrain``)."""
 
-    def constrain(x: jax.Array) -> jax.Array:
-        return ps.constrain(x, ("batch", "seq", "act_embed"), mesh, RULES)
+    def constrain(x: jax.Array, logical_axes: tuple) -> jax.Array:
+        return ps.constrain(x, logical_axes, mesh, RULES)
 
     return constrain
