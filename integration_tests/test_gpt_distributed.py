@@ -84,5 +84,7 @@ def test_two_processes_match_one_process_with_four_devices(tmp_path):
     _finish([_start([*base, "--name", "one"], devices=4)])
     one_losses, two_losses = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert one_losses.shape == (STEPS,)
+    print("one process, 4 devices:", one_losses.tolist())
+    print("two processes x 2 devices:", two_losses.tolist())
     np.testing.assert_allclose(two_losses, one_losses, rtol=0, atol=1e-6)
     assert (tmp_path / "two" / "sample.txt").exists()

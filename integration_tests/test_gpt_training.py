@@ -37,8 +37,8 @@ def _python(code: str, devices: int = 8) -> str:
 
 def test_train_step_with_lox_spool_under_jit():
     import jax
-    import lox
 
+    import lox
     from gpt_models import PRESETS
     from gpt_models._parallel import make_mesh
     from gpt_models._train import abstract_state, compile_train_step, init_state, make_optimizer
@@ -127,7 +127,14 @@ def _params(run):
 def test_sigterm_saves_and_resume_is_bit_exact(tmp_path):
     import jax
 
-    steps = ["--set", "train.steps=300", "--set", "train.eval_every=300", "--set", "train.checkpoint_every=0"]
+    steps = [
+        "--set",
+        "train.steps=300",
+        "--set",
+        "train.eval_every=300",
+        "--set",
+        "train.checkpoint_every=0",
+    ]
     args = ["train", "--out", str(tmp_path), *SMALL, *steps]
     proc = _gpt([*args, "--name", "cut"])
     try:

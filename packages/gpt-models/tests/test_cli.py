@@ -49,6 +49,8 @@ def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys):
         == 0
     )
     assert capsys.readouterr().out.startswith("The ")
+    assert main(["sample", str(run), "--prompt", "The ", "--max-new-tokens", "100"]) == 2
+    assert "exceeds the model's context, model.seq_len = 32" in capsys.readouterr().err
 
     # Resume from step 3 (as if interrupted there): the result is bit-for-bit the uninterrupted one.
     final = _params(run)
@@ -104,3 +106,16 @@ def test_argparse_errors_and_module_entry_point():
     )
     assert proc.returncode == 2
     assert "invalid choice: 'trian'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_wandb_flag_selects_a_local_wandb_logger(tmp_path):
+    import lox
+    from gpt_models._loop import _loggers
+
+    cfg = _config.apply_overrides(_config.PRESETS["tiny"], {"log.wandb": "offline"})
+    logger = _loggers(cfg, tmp_path)
+    wandb = [x for x in logger.loggers if isinstance(x, lox.WandbLogger)]
+    assert len(wandb) == 1 and wandb[0].init_kwargs["mode"] == "offline"
+    assert wandb[0].init_kwargs["dir"] == str(tmp_path)  # wandb files stay in the run folder
+    default = _loggers(_config.PRESETS["tiny"], tmp_path)
+    assert not any(isinstance(x, lox.WandbLogger) for x in default.loggers)

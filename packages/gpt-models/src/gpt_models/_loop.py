@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import math
 import signal
 import sys
@@ -276,105 +277,112 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Any, abstr
 
 def _train(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: bool, mesh: Any,
            dataset: Dataset, optimizer: Any, abstract: Any, ckpt: Checkpointer) -> RunResult:  # fmt: skip
-    t = cfg.train
     state, start = _restore_or_init(cfg, resume, optimizer, mesh, abstract, ckpt, stream)
-    step_fn = compile_train_step(cfg, optimizer, mesh, abstract)
-    evaluate = _Evaluator(cfg, mesh, abstract, dataset)
-    bsharding = batch_sharding(mesh)
-    micro_rows = t.batch_size // t.grad_accum
-    primary = _is_primary()
-    logger = _loggers(cfg, run) if primary else None
-    log_state = logger.init() if logger else None
-    tokens_per_step = t.batch_size * cfg.model.seq_len
-    peak = peak_flops(list(mesh.devices.flat), compute_dtype(cfg.model), t.peak_flops)
-    progress = Progress(
-        t.steps, start, tokens_per_step, flops_per_token(cfg.model), peak,
-        every=cfg.log.every, stream=stream if primary else open_devnull(),
-    )  # fmt: skip
-    if primary:
-        n = sum(x.size for x in jax.tree.leaves(state.params))
-        print(
-            f"Training {n / 1e6:.2f}M parameters on {mesh.devices.size} {jax.default_backend()} "
-            f"device(s), mesh {dict(mesh.shape)}, data {dataset.source} "
-            f"({len(dataset.train):,} train / {len(dataset.val):,} val tokens) -> {run}",
-            file=stream,
-        )
-
-    def fetch(step: int) -> jax.Array:
-        local = train_batch(
-            dataset.train, step, seed=t.seed, batch_size=t.batch_size, grad_accum=t.grad_accum,
-            seq_len=cfg.model.seq_len, process_index=jax.process_index(),
-            process_count=jax.process_count(),
-        )  # fmt: skip
-        return _global_batch(local, bsharding, micro_rows)
-
-    loss = val = math.nan
-    last_saved = start if resume else -1
-    with _stop_on_signals() as stop:
-        batch = fetch(start) if start < t.steps else None
-        for step in range(start, t.steps):
-            state, logs = step_fn(state, batch)
-            if step + 1 < t.steps:
-                batch = fetch(step + 1)  # overlaps with the step running on the device
-            logs = _host(logs)
-            loss = float(logs["loss"][-1])
-            if not math.isfinite(loss):
-                ckpt.wait()
-                progress.close()
-                raise TrainingDivergedError(_diverged_message(cfg, run, step, loss, ckpt))
-            done = step + 1
-            extra = {}
-            if done % t.eval_every == 0 or done == t.steps:
-                val = evaluate(state.params)
-                progress.val = val
-                extra["val_loss"] = np.array([val], np.float32)
-            tps, mfu = progress.rates(done)
-            if done % cfg.log.every == 0 or extra:
-                extra |= {
-                    "tokens_per_s": np.array([tps], np.float32),
-                    "mfu": np.array([mfu], np.float32),
-                }
-            if logger:
-                logs = logs | lox.logdict(
-                    extra, steps={k: {"step": np.array([step], np.int32)} for k in extra}
-                )
-                log_state = logger.log(log_state, logs)
-            progress.update(done, loss, force=bool(extra.get("val_loss") is not None))
-            if "signum" in stop:
-                ckpt.save(done, _safe_copy(state), _meta(cfg, done, dataset))
-                ckpt.wait()
-                progress.close()
-                if logger:
-                    logger.finish(log_state)
-                raise Interrupted(stop["signum"], done)
-            if (t.checkpoint_every and done % t.checkpoint_every == 0) or done == t.steps:
-                ckpt.save(done, _safe_copy(state), _meta(cfg, done, dataset))
-                last_saved = done
-        progress.close()
-    ckpt.wait()
-    if logger:
-        logger.finish(log_state)
-    if math.isnan(val):
-        val = evaluate(state.params)
-    tps, mfu = progress.rates(t.steps)
+    loop = _Loop(cfg, run, mesh, dataset, optimizer, abstract, ckpt, start, stream)
+    loop.announce(state)
+    try:
+        with _stop_on_signals() as stop:
+            state = loop.run(state, stop)
+    finally:
+        loop.close()
+    val = loop.val if math.isfinite(loop.val) else loop.evaluate(state.params)
+    tps, mfu = loop.progress.rates(cfg.train.steps)
+    if loop.logger:
+        plot_losses(lox.load(run / "metrics" / "run_0"), run / "loss.png")
     sample = ""
-    if primary:
-        metrics = lox.load(run / "metrics" / "run_0")
-        plot_losses(metrics, run / "loss.png")
     if write_sample:
         sample = sample_text(state.params, cfg)
         _write_text(run / "sample.txt", sample)
-    del last_saved
-    return RunResult(run, t.steps, loss, val, tps, mfu, sample)
+    return RunResult(run, cfg.train.steps, loop.loss, val, tps, mfu, sample)
 
 
-def open_devnull() -> TextIO:
-    import os
+class _Loop:
+    """The step loop's moving parts: batches, metrics, progress, evaluation and checkpoints."""
 
-    return open(os.devnull, "w")
+    def __init__(self, cfg: Config, run: Path, mesh: Any, dataset: Dataset, optimizer: Any,
+                 abstract: Any, ckpt: Checkpointer, start: int, stream: TextIO) -> None:  # fmt: skip
+        t = cfg.train
+        self.cfg, self.run_dir, self.mesh, self.dataset, self.ckpt, self.start = (
+            cfg, run, mesh, dataset, ckpt, start
+        )  # fmt: skip
+        self.stream = stream if _is_primary() else io.StringIO()  # only process 0 reports
+        self.step_fn = compile_train_step(cfg, optimizer, mesh, abstract)
+        self.evaluate = _Evaluator(cfg, mesh, abstract, dataset)
+        self.logger = _loggers(cfg, run) if _is_primary() else None
+        self.log_state = self.logger.init() if self.logger else None
+        peak = peak_flops(list(mesh.devices.flat), compute_dtype(cfg.model), t.peak_flops)
+        self.progress = Progress(
+            t.steps, start, t.batch_size * cfg.model.seq_len, flops_per_token(cfg.model), peak,
+            every=cfg.log.every, stream=self.stream,
+        )  # fmt: skip
+        self.loss = self.val = math.nan
+
+    def announce(self, state: Any) -> None:
+        n = sum(x.size for x in jax.tree.leaves(state.params))
+        ds = self.dataset
+        print(
+            f"Training {n / 1e6:.2f}M parameters on {self.mesh.devices.size} "
+            f"{jax.default_backend()} device(s), mesh {dict(self.mesh.shape)}, data {ds.source} "
+            f"({len(ds.train):,} train / {len(ds.val):,} val tokens) -> {self.run_dir}",
+            file=self.stream,
+        )
+
+    def fetch(self, step: int) -> jax.Array:
+        t = self.cfg.train
+        local = train_batch(
+            self.dataset.train, step, seed=t.seed, batch_size=t.batch_size,
+            grad_accum=t.grad_accum, seq_len=self.cfg.model.seq_len,
+            process_index=jax.process_index(), process_count=jax.process_count(),
+        )  # fmt: skip
+        return _global_batch(local, batch_sharding(self.mesh), t.batch_size // t.grad_accum)
+
+    def run(self, state: Any, stop: dict[str, int]) -> Any:
+        steps = self.cfg.train.steps
+        batch = self.fetch(self.start) if self.start < steps else None
+        for step in range(self.start, steps):
+            state, logs = self.step_fn(state, batch)
+            if step + 1 < steps:
+                batch = self.fetch(step + 1)  # overlaps with the step running on the device
+            self.record(step, _host(logs), state)
+            if "signum" in stop:
+                self.save(step + 1, state)
+                raise Interrupted(stop["signum"], step + 1)
+            every = self.cfg.train.checkpoint_every
+            if (every and (step + 1) % every == 0) or step + 1 == steps:
+                self.save(step + 1, state)
+        return state
+
+    def record(self, step: int, logs: Any, state: Any) -> None:
+        """Check the loss, evaluate when due, log metrics and move the progress bar."""
+        t, done = self.cfg.train, step + 1
+        self.loss = float(logs["loss"][-1])
+        if not math.isfinite(self.loss):
+            self.ckpt.wait()  # the last good checkpoint is complete before we report it
+            raise TrainingDivergedError(_diverged_message(self.cfg, step, self.loss, self.ckpt))
+        extra = {}
+        if done % t.eval_every == 0 or done == t.steps:
+            self.val = self.progress.val = self.evaluate(state.params)
+            extra["val_loss"] = np.array([self.val], np.float32)
+        if done % self.cfg.log.every == 0 or extra:
+            tps, mfu = self.progress.rates(done)
+            extra |= {"tokens_per_s": np.float32([tps]), "mfu": np.float32([mfu])}
+        if self.logger:
+            steps = {k: {"step": np.array([step], np.int32)} for k in extra}
+            self.log_state = self.logger.log(self.log_state, logs | lox.logdict(extra, steps=steps))
+        self.progress.update(done, self.loss, force="val_loss" in extra)
+
+    def save(self, step: int, state: Any) -> None:
+        self.ckpt.save(step, _safe_copy(state), _meta(self.cfg, step, self.dataset))
+
+    def close(self) -> None:
+        """Runs on success, NaN and signals alike: pending writes finish, metrics are flushed."""
+        self.progress.close()
+        self.ckpt.wait()
+        if self.logger:
+            self.logger.finish(self.log_state)
 
 
-def _diverged_message(cfg: Config, run: Path, step: int, loss: float, ckpt: Checkpointer) -> str:
+def _diverged_message(cfg: Config, step: int, loss: float, ckpt: Checkpointer) -> str:
     saved = ckpt.steps()
     where = (
         f"the last good checkpoint (step {saved[-1]}) is intact in {ckpt.directory}"
