@@ -238,6 +238,21 @@ def train(
         ConfigError, DataError: bad config, data or mesh (the CLI exits with status 2).
         TrainingDivergedError: the loss became NaN/inf; the last good checkpoint is kept.
         Interrupted: SIGTERM/SIGINT; a checkpoint of the last finished step was saved first.
+
+    Example:
+        >>> import dataclasses, io, tempfile
+        >>> from gpt_models import PRESETS, train
+        >>> tiny = PRESETS["tiny"]
+        >>> cfg = dataclasses.replace(
+        ...     tiny,
+        ...     model=dataclasses.replace(tiny.model, seq_len=32, d_model=32, n_layers=1, n_heads=2),
+        ...     train=dataclasses.replace(tiny.train, steps=2, batch_size=8, warmup_steps=1,
+        ...                               eval_batches=1),
+        ...     sample=dataclasses.replace(tiny.sample, max_new_tokens=4),
+        ... )
+        >>> result = train(cfg, tempfile.mkdtemp() + "/run", stream=io.StringIO())
+        >>> result.step, sorted(p.name for p in result.run_dir.iterdir())
+        (2, ['checkpoints', 'config.toml', 'loss.png', 'metrics', 'sample.txt'])
     """
     cfg = _config.validate(cfg)
     stream = stream or sys.stderr
