@@ -234,6 +234,7 @@ def _type_name(t: type) -> str:
 def _coerce(key: str, value: Any, t: type, *, from_text: bool) -> Any:
     """Convert one value to the field's type, or raise ConfigError saying what was expected."""
     shown = repr(value)
+    out: Any
     try:
         if t is bool:
             out = _to_bool(value, from_text)
@@ -253,7 +254,7 @@ def _coerce(key: str, value: Any, t: type, *, from_text: bool) -> Any:
     if key in CHOICES and out not in CHOICES[key]:
         raise ConfigError(
             f"Config key {key} got {shown}, expected one of {list_alternatives(CHOICES[key])}."
-            + did_you_mean(out, CHOICES[key], n=1)
+            + did_you_mean(str(out), CHOICES[key], n=1)
         )
     return out
 

@@ -380,7 +380,10 @@ class _Loop:
             extra["val_loss"] = np.array([self.val], np.float32)
         if done % self.cfg.log.every == 0 or extra:
             tps, mfu = self.progress.rates(done)
-            extra |= {"tokens_per_s": np.float32([tps]), "mfu": np.float32([mfu])}
+            extra |= {
+                "tokens_per_s": np.array([tps], np.float32),
+                "mfu": np.array([mfu], np.float32),
+            }
         if self.logger:
             steps = {k: {"step": np.array([step], np.int32)} for k in extra}
             self.log_state = self.logger.log(self.log_state, logs | lox.logdict(extra, steps=steps))
