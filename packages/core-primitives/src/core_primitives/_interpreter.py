@@ -207,24 +207,30 @@ class Interpreter:
         return new, const_args, box["tree"]
 
     # --- higher-order primitives -----------------------------------------------------------
-    def _jit(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
-        new, const_args, tree = self._retrace(eqn, eqn.params["jaxpr"], invals)
-        n_out = len(eqn.outvars)
-        params = compat.extend_jit_params(eqn.params, len(const_args), tree.num_leaves)
-        params["jaxpr"] = new
+    def _rebind_call(
+        self, ctx: Context, eqn: Any, invals: list[Any], key: str, extend: Callable | None = None
+    ) -> list[Any]:
+        """Bind ``eqn``'s primitive again, same params, with ``params[key]`` rewritten.
+
+        ``extend(params, n_consts, n_emitted)`` adapts per-argument params (jit's shardings,
+        layouts, donation) to the consts and emitted outputs the rewritten body gained.
+        """
+        new, const_args, tree = self._retrace(eqn, eqn.params[key], invals)
+        params = dict(eqn.params)
+        if extend is not None:
+            params = extend(params, len(const_args), tree.num_leaves)
+        params[key] = new
         with compat.eqn_context(eqn):
-            outs = compat.jit_p.bind(*const_args, *invals, **params)
-        ctx.emitted.extend(jax.tree.unflatten(tree, outs[n_out:]))
+            outs = compat.bind(eqn.primitive, [*const_args, *invals], params)
+        n_out = len(eqn.outvars)
+        ctx.emitted.extend(jax.tree.unflatten(tree, list(outs[n_out:])))
         return list(outs[:n_out])
 
+    def _jit(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+        return self._rebind_call(ctx, eqn, invals, "jaxpr", compat.extend_jit_params)
+
     def _closed_call(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
-        new, const_args, tree = self._retrace(eqn, eqn.params["call_jaxpr"], invals)
-        n_out = len(eqn.outvars)
-        params = {**eqn.params, "call_jaxpr": new}
-        with compat.eqn_context(eqn):
-            outs = compat.bind(compat.closed_call_p, [*const_args, *invals], params)
-        ctx.emitted.extend(jax.tree.unflatten(tree, outs[n_out:]))
-        return list(outs[:n_out])
+        return self._rebind_call(ctx, eqn, invals, "call_jaxpr")
 
     def _scan(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
         p = eqn.params
@@ -324,15 +330,22 @@ class Interpreter:
         # otherwise be collected a second time (their primal values come from the primal body).
         return _Discarding(self)
 
-    def _custom_jvp(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+    def _custom_parts(
+        self, eqn: Any
+    ) -> tuple[dict[str, Any], Callable, int, Interpreter, Callable]:
+        """Shared by both custom-derivative rules: the rewritten primal body (outputs, then
+        emitted leaves), the output count, a non-emitting interpreter for the user's rule, and the
+        original equation as a function (so JAX applies the user's rule to it)."""
         box: dict[str, Any] = {}
         primal = self._flat_body(eqn.params["call_jaxpr"], box)
-        n_out = len(eqn.outvars)
-        plain = self._without_emission()
 
         def original(*args: Any) -> list[Any]:
             return bind_eqn(eqn, args)
 
+        return box, primal, len(eqn.outvars), self._without_emission(), original
+
+    def _custom_jvp(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+        box, primal, n_out, plain, original = self._custom_parts(eqn)
         f = jax.custom_jvp(primal)
 
         @f.defjvp
@@ -349,14 +362,7 @@ class Interpreter:
         return self._split_outs(ctx, eqn, outs, box)
 
     def _custom_vjp(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
-        box: dict[str, Any] = {}
-        primal = self._flat_body(eqn.params["call_jaxpr"], box)
-        n_out = len(eqn.outvars)
-        plain = self._without_emission()
-
-        def original(*args: Any) -> list[Any]:
-            return bind_eqn(eqn, args)
-
+        box, primal, n_out, plain, original = self._custom_parts(eqn)
         f = jax.custom_vjp(primal)
 
         def fwd(*args: Any) -> tuple[list[Any], Any]:
