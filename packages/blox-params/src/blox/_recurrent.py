@@ -65,10 +65,15 @@ class _Recurrent(Module):
 
     def initial_state(self, batch_shape: tuple[int, ...] = (), dtype: Any = jnp.float32) -> Any:
         """Zeros of the carry for inputs with leading ``batch_shape``."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must define initial_state(batch_shape, dtype): the recurrent "
+            "base class does not know the shape of its carry."
+        )
 
     def _step(self, w: dict[str, Any], state: Any, x: jax.Array) -> tuple[jax.Array, Any]:
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must define _step(w, state, x) -> (output, new_state)."
+        )
 
     def __call__(
         self, params: Params, x: jax.Array, state: Any = None
