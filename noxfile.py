@@ -118,8 +118,18 @@ def integration_newest(session: nox.Session) -> None:
     editable = [a for p in PACKAGES for a in ("-e", f"packages/{p}")]
     extras = sorted({x for xs in TEST_EXTRAS.values() for x in xs})
     session.run(
-        "uv", "pip", "install", "-q", "-p", pyexe, *editable, "jax", "jaxlib", *extras,
-        *TEST_TOOLS, external=True,
+        "uv",
+        "pip",
+        "install",
+        "-q",
+        "-p",
+        pyexe,
+        *editable,
+        "jax",
+        "jaxlib",
+        *extras,
+        *TEST_TOOLS,
+        external=True,
     )
     session.run(pyexe, "-c", "import jax; print('JAX', jax.__version__)", external=True)
     for d in [*_test_dirs(), "integration_tests"]:

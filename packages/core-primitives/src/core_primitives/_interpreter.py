@@ -263,13 +263,13 @@ class Interpreter:
         nc, nb = p["cond_nconsts"], p["body_nconsts"]
         cond_consts, body_consts, init = invals[:nc], invals[nc : nc + nb], invals[nc + nb :]
 
-        def cond_fn(carry: list[Any]) -> Any:
+        def cond_fn(carry: Any) -> Any:
             (pred,), emitted = self._sub(p["cond_jaxpr"], [*cond_consts, *carry])
             if emitted:
                 self.while_emitted(emitted, part="condition")
             return pred
 
-        def body_fn(carry: list[Any]) -> list[Any]:
+        def body_fn(carry: Any) -> list[Any]:
             outs, emitted = self._sub(p["body_jaxpr"], [*body_consts, *carry])
             if emitted:
                 self.while_emitted(emitted, part="body")

@@ -154,25 +154,33 @@ def scan_unroll(params: dict[str, Any]) -> int | bool:
     return params.get("unroll", 1)
 
 
+def _manual_axes(params: dict[str, Any]) -> frozenset[Any]:
+    # 0.7.2 .. 0.9 call it manual_axes; 0.10+ newly_manual_axes.
+    axes = params.get("newly_manual_axes", params.get("manual_axes"))
+    if axes is None:
+        raise TypeError(f"shard_map equation has neither manual_axes nor newly_manual_axes: {sorted(params)}")
+    return frozenset(axes)
+
+
 def shard_map_params(params: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments for ``jax.shard_map`` that reproduce a ``shard_map`` equation.
 
     0.7.2 .. 0.9: ``manual_axes``; 0.10+: ``newly_manual_axes``. Both name the axes this
     shard_map makes manual, which ``jax.shard_map`` takes as ``axis_names``.
     """
-    axes = params.get("newly_manual_axes", params.get("manual_axes"))
+    axes = _manual_axes(params)
     return {
         "mesh": params["mesh"],
         "in_specs": tuple(params["in_specs"]),
         "out_specs": tuple(params["out_specs"]),
-        "axis_names": frozenset(axes),
+        "axis_names": axes,
         "check_vma": params.get("check_vma", params.get("check_rep", True)),
     }
 
 
 def shard_map_manual_axes(params: dict[str, Any]) -> tuple[str, ...]:
     """The mesh axes a shard_map equation maps over, in mesh order. 0.7.2 .. 0.12."""
-    axes = params.get("newly_manual_axes", params.get("manual_axes"))
+    axes = _manual_axes(params)
     return tuple(a for a in params["mesh"].axis_names if a in axes)
 
 
