@@ -40,17 +40,22 @@ def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys):
     cfg = _config.load_config(str(run / "config.toml"))
     assert cfg.train.steps == 6 and cfg.model.d_model == 32
 
-    assert main(["eval", str(run)]) == 0
+    assert main(["eval", "--run", str(run)]) == 0
     assert capsys.readouterr().out.startswith("val_loss ")
-    assert (
-        main(
-            ["sample", str(run), "--prompt", "The ", "--max-new-tokens", "5", "--temperature", "0"]
-        )
-        == 0
-    )
-    assert capsys.readouterr().out.startswith("The ")
-    assert main(["sample", str(run), "--prompt", "The ", "--max-new-tokens", "100"]) == 2
+    greedy = ["--prompt", "The ", "--max-new-tokens", "5", "--temperature", "0"]
+    assert main(["sample", "--run", str(run), *greedy]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("The ")
+    assert main(["sample", str(run), *greedy]) == 0  # the older positional form still works
+    assert capsys.readouterr().out == text
+    assert main(["sample", "--run", str(run), "--prompt", "The ", "--max-new-tokens", "100"]) == 2
     assert "exceeds the model's context, model.seq_len = 32" in capsys.readouterr().err
+
+    # Sampling reads only the params: without the optimizer state on disk it still works.
+    shutil.rmtree(run / "checkpoints" / "6" / "train")
+    assert main(["sample", "--run", str(run), *greedy]) == 0
+    assert capsys.readouterr().out == text
+    assert main(["eval", "--run", str(run)]) == 0
 
     # Resume from step 3 (as if interrupted there): the result is bit-for-bit the uninterrupted one.
     final = _params(run)
@@ -91,7 +96,30 @@ def test_short_data_file(tmp_path, capsys):
 
 def test_resume_needs_a_run_folder(tmp_path, capsys):
     assert main(["train", "--resume", str(tmp_path)]) == 2
-    assert "not a run folder" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"--resume {tmp_path}: not a run folder (has no config.toml)" in err
+    assert "e.g. --resume runs/<name>" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [["eval"], ["sample", "--prompt", "hi"]])
+def test_sample_and_eval_name_a_missing_run_folder(tmp_path, capsys, command):
+    (tmp_path / "tiny-1").mkdir()
+    (tmp_path / "tiny-1" / "config.toml").write_text("")
+    assert main([*command, "--run", str(tmp_path / "tiny-2")]) == 2
+    err = capsys.readouterr().err
+    assert f"--run {tmp_path / 'tiny-2'}: not a run folder (does not exist)" in err
+    assert f"run folders in {tmp_path}: 'tiny-1'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [["eval"], ["sample", "--prompt", "hi"]])
+def test_sample_and_eval_need_exactly_one_run_folder(tmp_path, capsys, command):
+    assert main(command) == 2
+    assert (
+        f"gpt {command[0]} needs the run folder to read: none was given" in capsys.readouterr().err
+    )
+    assert main([*command, "--run", "runs/a", "runs/b"]) == 2
+    err = capsys.readouterr().err
+    assert "got two run folders, --run runs/a and runs/b" in err and "Traceback" not in err
 
 
 def test_nan_loss_stops_with_a_clear_message(tmp_path, capsys):

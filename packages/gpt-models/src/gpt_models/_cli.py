@@ -27,8 +27,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_parser("train", help="train a model (defaults: tiny model, embedded corpus)")
     )
     _sample_parser(sub.add_parser("sample", help="generate text from a run's newest checkpoint"))
-    ev = sub.add_parser("eval", help="print the validation loss of a run's newest checkpoint")
-    ev.add_argument("run_dir", metavar="RUN_DIR")
+    _run_args(sub.add_parser("eval", help="print the validation loss of a run's newest checkpoint"))
     return parser
 
 
@@ -39,7 +38,7 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
                    help="override a config key, e.g. --set model.d_model=256 (repeatable)")  # fmt: skip
     p.add_argument("--out", default="runs", metavar="DIR", help="parent folder of run folders")
     p.add_argument("--name", default=None, help="run folder name (default: <preset>-<date>-<time>)")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR",
+    p.add_argument("--resume", default=None, metavar="RUN",
                    help="continue a run from its newest checkpoint (its config.toml, plus --set)")  # fmt: skip
     p.add_argument("--mesh", default=None, metavar="data=N,fsdp=N,tensor=N",
                    help="shorthand for --set mesh.*, e.g. --mesh data=2,fsdp=4")  # fmt: skip
@@ -51,8 +50,15 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--process-id", type=int, default=None, help="multi-host: this process's index")
 
 
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", default=None, metavar="RUN",
+                   help="the run folder made by `gpt train`, e.g. runs/tiny-20250101-120000")  # fmt: skip
+    # The positional form (`gpt sample runs/x`) predates --run; kept working, left out of --help.
+    p.add_argument("run_dir", nargs="?", default=None, help=argparse.SUPPRESS)
+
+
 def _sample_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN_DIR")
+    _run_args(p)
     p.add_argument("--prompt", required=True, help="text to continue")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens to generate (default: [sample] of the run, capped by model.seq_len)")  # fmt: skip
@@ -130,16 +136,10 @@ def _run_dir(args: argparse.Namespace) -> Path:
     import jax
 
     from ._errors import UsageError
-    from ._loop import check_run_name
+    from ._loop import check_run_folder, check_run_name
 
     if args.resume:
-        run = Path(args.resume)
-        if not (run / "config.toml").is_file():
-            raise UsageError(
-                f"--resume {run}: not a run folder (no config.toml). Pass a folder made by "
-                "`gpt train`, e.g. runs/<name>."
-            )
-        return run
+        return check_run_folder(args.resume, flag="--resume")
     if args.name is None and jax.process_count() > 1:
         raise UsageError(
             "Multi-process training needs an explicit --name (the same on every process)."
@@ -174,10 +174,28 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _chosen_run(args: argparse.Namespace) -> str:
+    """The run folder of ``gpt sample`` / ``gpt eval``: ``--run RUN`` or the older positional form."""
+    from ._errors import UsageError
+
+    if args.run and args.run_dir and Path(args.run) != Path(args.run_dir):
+        raise UsageError(
+            f"gpt {args.command} got two run folders, --run {args.run} and {args.run_dir}. "
+            f"Pass one: gpt {args.command} --run {args.run}."
+        )
+    run = args.run or args.run_dir
+    if not run:
+        raise UsageError(
+            f"gpt {args.command} needs the run folder to read: none was given. Pass the folder "
+            f"`gpt train` made, e.g. gpt {args.command} --run runs/<name>."
+        )
+    return run
+
+
 def _cmd_sample(args: argparse.Namespace) -> int:
     from ._loop import load_run, sample_text
 
-    cfg, params, _ = load_run(args.run_dir)
+    cfg, params, _ = load_run(_chosen_run(args))
     try:
         text = sample_text(
             params, cfg, prompt=args.prompt, max_new_tokens=args.max_new_tokens,
@@ -192,7 +210,7 @@ def _cmd_sample(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from ._loop import evaluate_run
 
-    print(f"val_loss {evaluate_run(args.run_dir):.6f}")
+    print(f"val_loss {evaluate_run(_chosen_run(args)):.6f}")
     return 0
 
 

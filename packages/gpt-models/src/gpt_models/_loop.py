@@ -23,6 +23,7 @@ import numpy as np
 
 import lox
 import paramspec as ps
+from core_primitives import list_alternatives
 
 from . import _config
 from ._checkpoint import Checkpointer
@@ -35,12 +36,15 @@ from ._progress import Progress, peak_flops, plot_losses
 from ._sample import generate
 from ._tokenizer import ByteTokenizer
 from ._train import (
+    abstract_params,
     abstract_state,
     batch_sharding,
     compile_eval_step,
     compile_train_step,
+    from_items,
     init_state,
     make_optimizer,
+    to_items,
 )
 
 
@@ -182,9 +186,9 @@ def _loggers(cfg: Config, run: Path) -> lox.Logger:
 
 
 class _Evaluator:
-    def __init__(self, cfg: Config, mesh: Any, abstract: Any, dataset: Dataset) -> None:
+    def __init__(self, cfg: Config, mesh: Any, params: Any, dataset: Dataset) -> None:
         t = cfg.train
-        self.fn = compile_eval_step(cfg, mesh, abstract)
+        self.fn = compile_eval_step(cfg, mesh, params)
         self.sharding = jax.sharding.NamedSharding(
             mesh, jax.sharding.PartitionSpec(("data", "fsdp"), None)
         )
@@ -283,7 +287,8 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Any, abstr
                 f"with `gpt train --resume {ckpt.directory.parent}`, or pick another --name."
             )
         return init_state(cfg, optimizer, mesh), 0
-    state, meta, step = ckpt.restore(abstract)
+    items, meta, step = ckpt.restore(to_items(abstract))
+    state = from_items(items)
     if meta.get("data", {}).get("seed", cfg.train.seed) != cfg.train.seed:
         print("note: train.seed changed since the checkpoint; batches will differ.", file=stream)
     print(f"Resumed from checkpoint step {step} in {ckpt.directory}", file=stream)
@@ -322,7 +327,7 @@ class _Loop:
         )  # fmt: skip
         self.stream = stream if _is_primary() else io.StringIO()  # only process 0 reports
         self.step_fn = compile_train_step(cfg, optimizer, mesh, abstract)
-        self.evaluate = _Evaluator(cfg, mesh, abstract, dataset)
+        self.evaluate = _Evaluator(cfg, mesh, abstract.params, dataset)
         self.logger = _loggers(cfg, run) if _is_primary() else None
         self.log_state = self.logger.init() if self.logger else None
         peak = peak_flops(list(mesh.devices.flat), compute_dtype(cfg.model), t.peak_flops)
@@ -390,7 +395,7 @@ class _Loop:
         self.progress.update(done, self.loss, force="val_loss" in extra)
 
     def save(self, step: int, state: Any) -> None:
-        self.ckpt.save(step, _safe_copy(state), _meta(self.cfg, step, self.dataset))
+        self.ckpt.save(step, to_items(_safe_copy(state)), _meta(self.cfg, step, self.dataset))
 
     def close(self) -> None:
         """Runs on success, NaN and signals alike: pending writes finish, metrics are flushed."""
@@ -448,23 +453,49 @@ def _local(x: jax.Array) -> jax.Array:
 
 
 def load_run(run_dir: str | Path) -> tuple[Config, Any, int]:
-    """``(config, params, step)`` of a run folder's newest readable checkpoint, on one device."""
-    run = Path(run_dir)
-    if not (run / "config.toml").is_file():
-        raise UsageError(
-            f"{run} is not a run folder: it has no config.toml. Pass the folder `gpt train` created, "
-            "e.g. runs/<name>."
-        )
-    cfg = _config.load_config(str(run / "config.toml"))
-    cfg = dataclasses.replace(cfg, mesh=_config.MeshConfig(data=1, fsdp=1, tensor=1))
+    """``(config, params, step)`` of a run folder's newest readable checkpoint, on one device.
+
+    Only the ``params`` item is read: the optimizer state (for Adam, twice the params) stays on disk.
+    """
+    run = check_run_folder(run_dir, flag="--run")
+    cfg = _single_device(_config.load_config(str(run / "config.toml")))
     mesh = make_mesh(cfg.mesh, jax.devices()[:1])
-    optimizer = make_optimizer(cfg.train)
     ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints)
     try:
-        state, _, step = ckpt.restore(abstract_state(cfg, optimizer, mesh))
+        items, _, step = ckpt.restore({"params": abstract_params(cfg, mesh)})
     finally:
         ckpt.close()
-    return cfg, state.params, step
+    return cfg, items["params"], step
+
+
+def check_run_folder(run_dir: str | Path, *, flag: str) -> Path:
+    """``run_dir`` as a Path if it is a run folder (it has ``config.toml``), else a UsageError."""
+    run = Path(run_dir)
+    if (run / "config.toml").is_file():
+        return run
+    found = "does not exist" if not run.exists() else "has no config.toml"
+    if run.exists() and not run.is_dir():
+        found = "is a file, not a folder"
+    raise UsageError(
+        f"{flag} {run}: not a run folder ({found}). Expected a folder made by `gpt train`, holding "
+        f"config.toml and checkpoints/; pass one, e.g. {flag} runs/<name>{_run_hint(run)}."
+    )
+
+
+def _run_hint(run: Path) -> str:
+    # Name the run folders next to the one given, since a typo in the name is the usual cause.
+    parent = run.parent if run.parent.is_dir() else None
+    runs = (
+        sorted(p.name for p in parent.iterdir() if (p / "config.toml").is_file()) if parent else []
+    )
+    if not runs:
+        return ""
+    return f" (run folders in {parent}: {list_alternatives(runs, limit=10)})"
+
+
+def _single_device(cfg: Config) -> Config:
+    # Sampling and eval run on one device whatever mesh the run trained on: orbax reshards on restore.
+    return dataclasses.replace(cfg, mesh=_config.MeshConfig(data=1, fsdp=1, tensor=1))
 
 
 def evaluate_run(run_dir: str | Path) -> float:
@@ -472,5 +503,4 @@ def evaluate_run(run_dir: str | Path) -> float:
     cfg, params, _ = load_run(run_dir)
     mesh = make_mesh(cfg.mesh, jax.devices()[:1])
     dataset = load_dataset(cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size)
-    abstract = abstract_state(cfg, make_optimizer(cfg.train), mesh)
-    return _Evaluator(cfg, mesh, abstract, dataset)(params)
+    return _Evaluator(cfg, mesh, params, dataset)(params)

@@ -106,10 +106,15 @@ def _match_param_shardings(tree: Any, params: Any, param_shardings: Any, mesh: A
     return jax.tree_util.tree_map_with_path(pick, tree)
 
 
+def abstract_params(cfg: Config, mesh: Any) -> Any:
+    """``ShapeDtypeStruct`` s with shardings for the params alone (what sampling restores)."""
+    return ps.abstract(GPT.param_specs(cfg.model), mesh, RULES)
+
+
 def abstract_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Any) -> TrainState:
     """``ShapeDtypeStruct`` s with shardings for the whole state: the orbax restore target."""
     specs = GPT.param_specs(cfg.model)
-    params = ps.abstract(specs, mesh, RULES)
+    params = abstract_params(cfg, mesh)
     opt = jax.eval_shape(optimizer.init, params)
     opt_sh = _match_param_shardings(opt, params, ps.shardings(specs, mesh, RULES), mesh)
     opt = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), opt, opt_sh)
@@ -120,6 +125,22 @@ def abstract_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: A
         step=jax.ShapeDtypeStruct((), jnp.int32, sharding=rep),
         rng=jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=rep),
     )
+
+
+def to_items(state: TrainState) -> dict[str, Any]:
+    """The state as checkpoint items: ``params`` alone, so it can be restored without the rest.
+
+    Example:
+        >>> sorted(to_items(TrainState(params=1, opt_state=2, step=3, rng=4))["train"])
+        ['opt_state', 'rng', 'step']
+    """
+    rest = {"opt_state": state.opt_state, "step": state.step, "rng": state.rng}
+    return {"params": state.params, "train": rest}
+
+
+def from_items(items: dict[str, Any]) -> TrainState:
+    """The inverse of :func:`to_items`."""
+    return TrainState(params=items["params"], **items["train"])
 
 
 def state_shardings(abstract: TrainState) -> TrainState:
@@ -199,12 +220,15 @@ def compile_train_step(
     )
 
 
-def compile_eval_step(cfg: Config, mesh: Any, abstract: TrainState) -> Any:
-    """``eval(params, batch) -> mean loss`` over one ``(batch, seq_len + 1)`` batch, jitted."""
+def compile_eval_step(cfg: Config, mesh: Any, params: Any) -> Any:
+    """``eval(params, batch) -> mean loss`` over one ``(batch, seq_len + 1)`` batch, jitted.
+
+    ``params`` is the abstract (or concrete) params; their shardings are the step's input shardings.
+    """
     fn = functools.partial(loss_fn, cfg=cfg.model, constrain=activation_constraint(mesh))
     data = NamedSharding(mesh, P(("data", "fsdp"), None))
     return jax.jit(
         lambda params, batch: fn(params, batch),
-        in_shardings=(state_shardings(abstract).params, data),
+        in_shardings=(jax.tree.map(lambda a: a.sharding, params), data),
         out_shardings=_replicated(mesh),
     )
