@@ -158,7 +158,9 @@ def _manual_axes(params: dict[str, Any]) -> frozenset[Any]:
     # 0.7.2 .. 0.9 call it manual_axes; 0.10+ newly_manual_axes.
     axes = params.get("newly_manual_axes", params.get("manual_axes"))
     if axes is None:
-        raise TypeError(f"shard_map equation has neither manual_axes nor newly_manual_axes: {sorted(params)}")
+        raise TypeError(
+            f"shard_map equation has neither manual_axes nor newly_manual_axes: {sorted(params)}"
+        )
     return frozenset(axes)
 
 
@@ -204,6 +206,23 @@ def register_batching(prim: Any, rule: Callable[..., Any]) -> None:
     _batching.primitive_batchers[prim] = wrapped
 
 
+def register_batching_always(prim: Any, rule: Callable[..., Any]) -> None:
+    """Like :func:`register_batching`, but the rule runs under every ``vmap`` the primitive is
+    bound in, even when no operand is batched: ``rule(axis_size, args, dims, **params)``.
+
+    A plain batching rule is skipped when no operand is batched, so a marker bound on a constant
+    inside ``vmap`` never learns about the vmap. 0.7.2 .. 0.12: "fancy" batchers (``AxisData``
+    first) are called whatever the operands, unless the primitive is in ``skippable_batchers``.
+    """
+
+    def wrapped(axis_data: Any, args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
+        not_mapped = getattr(_batching, "not_mapped", None)  # 0.7.2 .. 0.9; None from 0.10
+        dims = [None if d is not_mapped else d for d in dims]
+        return rule(axis_data.size, args, dims, **params)
+
+    _batching.fancy_primitive_batchers[prim] = wrapped
+
+
 def register_jvp(prim: Any, rule: Callable[..., Any]) -> None:
     """``rule(primals, tangents, **params) -> (primal_out, tangent_out)``; zeros instantiated."""
 
@@ -245,7 +264,9 @@ def register_keep_alive(prim: Any) -> None:
     take every jitted call off JAX's C++ fast dispatch path. 0.7.2 .. 0.12.
     """
 
-    def rule(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
+    # 0.7.2 .. 0.10: rule(used_outputs, eqn); 0.12: rule(used_outputs, live_ins, eqn).
+    def rule(used_outputs: list[bool], *rest: Any) -> tuple[list[bool], Any]:
+        eqn = rest[-1]
         return [True] * len(eqn.invars), eqn
 
     _pe.dce_rules[prim] = rule

@@ -9,27 +9,29 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core_primitives import identity_primitive
+from core_primitives import compat, identity_primitive
 
 
-def _batch(args: Sequence[Any], dims: Sequence[int | None], **params: Any) -> Any:
-    # Batch axes lead every operand (steps included), so spool(vmap(f)) == vmap(spool(f)):
-    # unbatched operands are broadcast to the batch, and nbatch counts the vmaps around the site.
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+def _batch(size: int, args: Sequence[Any], dims: Sequence[int | None], **params: Any) -> Any:
+    # Runs under every vmap, even when nothing logged is batched (a constant), so that
+    # spool(vmap(f)) == vmap(spool(f)): the site sees every operand (steps included) with the
+    # batch axis in front, unbatched ones broadcast, and nbatch counts the vmaps around it.
     moved = [
         jnp.broadcast_to(a, (size, *jnp.shape(a))) if d is None else jnp.moveaxis(a, d, 0)
         for a, d in zip(args, dims)
     ]
-    params = {**params, "nbatch": params["nbatch"] + 1}
-    return lox_p.bind(*moved, **params), [0] * len(moved)
+    lox_p.bind(*moved, **{**params, "nbatch": params["nbatch"] + 1})
+    # The caller keeps the values as they came: code after a log site stays unbatched where it
+    # was, and the broadcast copies feed only the site, which XLA drops unless lox rewrote it.
+    return list(args), list(dims)
 
 
 lox_p = identity_primitive(
     "lox_log",
-    batch=_batch,
     keep_alive=True,  # a site whose result is unused must still be found by spool/tap
     recompute_params=lambda p: {**p, "recomputed": True},  # remat's copy is not a new event
 )
+compat.register_batching_always(lox_p, _batch)
 
 
 def _as_tags(tags: str | Sequence[str]) -> tuple[str, ...]:
