@@ -10,6 +10,7 @@ import jax
 import numpy as np
 
 from . import _events
+from ._fresh import fresh
 from ._select import Filter, Selector
 from ._transform import LogInterpreter, cached, to_logdict
 
@@ -35,7 +36,9 @@ def _site_rule(callback: Callable[..., None], with_state: Callable[[], Any] | No
         nbatch = event.nbatch
         state = with_state() if with_state is not None else None
 
-        def host(event: Any, state: Any) -> None:
+        def host(event: Any, state: Any, first: Any) -> None:
+            if not first:
+                return  # jax.checkpoint's recomputation in the backward pass
             for index, lane in _per_lane(nbatch, event):
                 logs = to_logdict([lane_event(lane)])
                 if with_state is None:
@@ -43,7 +46,7 @@ def _site_rule(callback: Callable[..., None], with_state: Callable[[], Any] | No
                 else:
                     callback(jax.tree.map(lambda s, i=index: np.asarray(s)[i], state), logs)
 
-        jax.debug.callback(host, event, state)
+        jax.debug.callback(host, event, state, fresh())
         return invals  # consumed, as with spool
 
     return rule
