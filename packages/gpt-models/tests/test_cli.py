@@ -71,6 +71,7 @@ def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys):
         (["--set", "model.d_modle=3"], "Unknown config key 'model.d_modle'. Did you mean 'model.d_model'?"),
         (["--set", "train.lr=fast"], "train.lr got 'fast', expected a number"),
         (["--set", "model.norm=batchnorm"], "expected one of 'layernorm', 'rmsnorm'"),
+        (["--set", "train.optimizer=sgd"], "train.optimizer got 'sgd', expected one of 'adamw', 'muon'"),
         (["--config", "gpt3"], "Unknown preset 'gpt3'"),
         (["--set", "data.path=/nonexistent/data.txt"], "Data path /nonexistent/data.txt does not exist"),
         (["--set", "mesh.data=3"], "Impossible mesh: mesh.data=3, mesh.fsdp=1, mesh.tensor=1"),

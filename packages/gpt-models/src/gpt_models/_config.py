@@ -27,7 +27,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
     "model.param_dtype": ("float32", "bfloat16"),
     "model.remat": ("none", "full", "dots"),
-    "train.optimizer": ("adamw",),
+    "train.optimizer": ("adamw", "muon"),
     "log.wandb": ("disabled", "offline", "online"),
 }
 

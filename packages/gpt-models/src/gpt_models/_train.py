@@ -21,6 +21,7 @@ from core_primitives import keypath_to_path, pytree_dataclass
 
 from ._config import Config, TrainConfig
 from ._model import GPT, loss_fn
+from ._muon import make_muon
 from ._parallel import RULES, activation_constraint
 
 
@@ -67,13 +68,32 @@ def _decay_mask(params: Any) -> Any:
     return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
+def _adamw(t: TrainConfig) -> optax.GradientTransformation:
+    return optax.adamw(
+        make_schedule(t), b1=t.beta1, b2=t.beta2, weight_decay=t.weight_decay, mask=_decay_mask
+    )
+
+
+def _muon(t: TrainConfig) -> optax.GradientTransformation:
+    return make_muon(make_schedule(t), b1=t.beta1, b2=t.beta2, weight_decay=t.weight_decay)
+
+
+# train.optimizer -> builder; a new optimizer is one entry here and one in _config.CHOICES.
+OPTIMIZERS = {"adamw": _adamw, "muon": _muon}
+
+
 def make_optimizer(t: TrainConfig) -> optax.GradientTransformation:
-    """Global-norm clipping, then AdamW with the warmup-cosine schedule and decay on matrices only."""
+    """Global-norm clipping, then ``train.optimizer`` with the warmup-cosine schedule.
+
+    ``adamw``: AdamW, weight decay on matrices only. ``muon``: Muon on the hidden matrices and AdamW
+    on embeddings and norms (see ``_muon.py``).
+
+    Raises:
+        ConfigError: ``muon`` with an optax that lacks it (the message names the version needed).
+    """
     return optax.chain(
         optax.clip_by_global_norm(t.grad_clip) if t.grad_clip > 0 else optax.identity(),
-        optax.adamw(
-            make_schedule(t), b1=t.beta1, b2=t.beta2, weight_decay=t.weight_decay, mask=_decay_mask
-        ),
+        OPTIMIZERS[t.optimizer](t),
     )
 
 

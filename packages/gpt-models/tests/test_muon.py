@@ -1,0 +1,133 @@
+import importlib.util
+import pathlib
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+# Load this folder's conftest by path: a bare `import conftest` can pick up another package's.
+_spec = importlib.util.spec_from_file_location(
+    "_gpt_tests_conftest", pathlib.Path(__file__).with_name("conftest.py")
+)
+_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_conftest)
+small_config = _conftest.small_config
+
+from gpt_models import ConfigError, init_params  # noqa: E402
+from gpt_models._checkpoint import Checkpointer  # noqa: E402
+from gpt_models._cli import main  # noqa: E402
+from gpt_models._muon import MIN_OPTAX, muon_dimension_numbers  # noqa: E402
+from gpt_models._parallel import make_mesh  # noqa: E402
+from gpt_models._train import (  # noqa: E402
+    abstract_state,
+    compile_train_step,
+    from_items,
+    init_state,
+    make_optimizer,
+    to_items,
+)
+
+MUON = {"optimizer": "muon", "lr": 1e-2}
+
+
+def _batch(cfg, seed=0):
+    t = cfg.train
+    return jax.random.randint(
+        jax.random.key(seed), (1, t.batch_size, cfg.model.seq_len + 1), 0, 256
+    )
+
+
+def _setup(cfg, devices=None):
+    mesh = make_mesh(cfg.mesh, devices if devices is not None else jax.devices()[:1])
+    opt = make_optimizer(cfg.train)
+    abstract = abstract_state(cfg, opt, mesh)
+    return init_state(cfg, opt, mesh), compile_train_step(cfg, opt, mesh, abstract), abstract
+
+
+def test_a_few_muon_steps_reduce_the_loss():
+    cfg = small_config(train={**MUON, "steps": 20})
+    state, step, _ = _setup(cfg)
+    batch = _batch(cfg)
+    losses = []
+    for _ in range(8):
+        state, logs = step(state, batch)
+        losses.append(float(logs["loss"][0]))
+    assert all(np.isfinite(losses))
+    assert losses[-1] < losses[0] - 0.5  # memorising one batch
+
+
+def test_hidden_matrices_get_orthogonalised_updates_and_the_rest_adamw():
+    cfg = small_config(train={**MUON, "warmup_steps": 0, "grad_clip": 0.0})
+    params = init_params(cfg.model, jax.random.key(0))
+    grads = jax.tree.map(lambda p: jax.random.normal(jax.random.key(1), p.shape), params)
+    opt = make_optimizer(cfg.train)
+    updates, _ = opt.update(grads, opt.init(params), params)
+    # Muon: the updates of layer 0's square projections (32 -> 2 heads x 16) have near-equal singular
+    # values (measured p90/p10: 1.6); AdamW's first step, lr * sign(g), spreads them (8.4).
+    for update in (
+        updates.blocks.attn.wq[0].reshape(32, -1),
+        updates.blocks.attn.wo[0].reshape(-1, 32),
+    ):
+        sv = np.linalg.svd(np.asarray(update), compute_uv=False)
+        assert np.percentile(sv, 90) / np.percentile(sv, 10) < 2.0
+    # AdamW on the embedding table: the first step moves every entry by the same amount.
+    embed = np.abs(np.asarray(updates.embed))
+    np.testing.assert_allclose(embed, embed.max(), rtol=1e-3)
+
+
+def test_dimension_numbers_cover_exactly_the_hidden_matrices():
+    cfg = small_config(model={"mlp": "swiglu", "tie_embeddings": False, "pos": "learned"})
+    dims = muon_dimension_numbers(init_params(cfg.model, jax.random.key(0)))
+    is_dims = lambda x: x is None or isinstance(x, optax.contrib.MuonDimensionNumbers)
+    paths = {
+        jax.tree_util.keystr(k)
+        for k, d in jax.tree_util.tree_leaves_with_path(dims, is_leaf=is_dims)
+        if d is not None
+    }
+    assert paths == {
+        f".blocks.{layer}.{name}"
+        for layer, names in (
+            ("attn", ("wq", "wk", "wv", "wo")),
+            ("mlp", ("w_in", "w_gate", "w_out")),
+        )
+        for name in names
+    }  # embed, unembed, pos_embed and the norm scales are left to AdamW
+
+
+def test_muon_state_is_sharded_and_round_trips_through_a_checkpoint(tmp_path):
+    cfg = small_config(train=MUON, mesh={"data": 2, "fsdp": 2, "tensor": 2})
+    state, step, abstract = _setup(cfg, jax.devices())
+    state, _ = step(state, _batch(cfg))
+    momentum = [
+        x for x in jax.tree.leaves(state.opt_state) if x.shape == state.params.blocks.mlp.w_in.shape
+    ]
+    assert momentum and all(m.sharding == state.params.blocks.mlp.w_in.sharding for m in momentum)
+    ckpt = Checkpointer(tmp_path, keep=1)
+    ckpt.save(1, to_items(state), {"step": 1})
+    ckpt.wait()
+    items, _, _ = ckpt.restore(to_items(abstract))
+    ckpt.close()
+    jax.tree.map(np.testing.assert_array_equal, from_items(items), state)
+
+
+def _old_muon(learning_rate, ns_coeffs=(3.4445, -4.775, 2.0315), ns_steps=5, beta=0.95):
+    raise AssertionError("must not be called")  # the signature of optax 0.2.5's muon
+
+
+@pytest.mark.parametrize("old", [_old_muon, None])
+def test_an_optax_without_a_suitable_muon_is_a_clear_error(monkeypatch, capsys, tmp_path, old):
+    if old is None:
+        monkeypatch.delattr(optax.contrib, "muon")
+    else:
+        monkeypatch.setattr(optax.contrib, "muon", old)
+    monkeypatch.setattr(optax, "__version__", "0.2.5")
+    with pytest.raises(ConfigError) as err:
+        make_optimizer(small_config(train=MUON).train)
+    assert f"train.optimizer = 'muon' needs optax >= {MIN_OPTAX}" in str(err.value)
+    assert "the installed optax is 0.2.5" in str(err.value)
+    assert "--set train.optimizer=adamw" in str(err.value)
+    args = ["train", "--out", str(tmp_path), "--set", "train.optimizer=muon"]
+    assert main(args) == 2
+    assert "needs optax >= " in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # stopped before creating a run folder
