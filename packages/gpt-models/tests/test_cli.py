@@ -92,7 +92,25 @@ def test_short_data_file(tmp_path, capsys):
     data = tmp_path / "tiny.txt"
     data.write_text("abc" * 20)
     assert _train(tmp_path, "--set", f"data.path={data}") == 2
-    assert "is too short" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"Data {data} is too short: its validation split has 6 tokens" in err
+    assert "model.seq_len = 32 needs at least" in err and "--set model.seq_len=" in err
+    assert "Traceback" not in err
+
+
+def test_missing_data_file_lists_what_data_path_accepts(tmp_path, capsys):
+    assert _train(tmp_path, "--set", f"data.path={tmp_path / 'nope.txt'}") == 2
+    err = capsys.readouterr().err
+    assert f"Data path {tmp_path / 'nope.txt'} does not exist" in err
+    assert "a text file, a folder of text files, a nanoGPT uint16 .bin file" in err
+    assert 'data.path="" for the embedded corpus' in err and "Traceback" not in err
+
+
+def test_impossible_mesh_lists_shapes_that_fit(tmp_path, capsys):
+    assert _train(tmp_path, "--set", "mesh.data=3") == 2
+    err = capsys.readouterr().err
+    assert "needs 3 devices, but 8 are available (cpu)" in err and "Shapes that fit:" in err
+    assert "Traceback" not in err
 
 
 def test_resume_needs_a_run_folder(tmp_path, capsys):
@@ -121,6 +139,17 @@ def test_sample_and_eval_need_exactly_one_run_folder(tmp_path, capsys, command):
     assert main([*command, "--run", "runs/a", "runs/b"]) == 2
     err = capsys.readouterr().err
     assert "got two run folders, --run runs/a and runs/b" in err and "Traceback" not in err
+
+
+def test_nan_after_a_checkpoint_keeps_the_last_good_one(tmp_path, capsys):
+    # lr is 0 in the first step (warmup), then huge: step 2's update blows the params up.
+    lr = ["--set", "train.lr=1e30", "--set", "train.grad_clip=0", "--set", "train.warmup_steps=5"]
+    every = ["--set", "train.checkpoint_every=1", "--set", "train.steps=8"]
+    assert _train(tmp_path, *lr, *every) == 1
+    err = capsys.readouterr().err
+    saved = load_run(tmp_path / "run")[2]
+    assert f"the last good checkpoint (step {saved}) is intact" in err and saved >= 1
+    assert "Training diverged: the loss is " in err and f"at step {saved + 1}." in err
 
 
 def test_nan_loss_stops_with_a_clear_message(tmp_path, capsys):

@@ -1,0 +1,43 @@
+import importlib.util
+import io
+import os
+import pathlib
+import signal
+
+import pytest
+
+# Load this folder's conftest by path: a bare `import conftest` can pick up another package's.
+_spec = importlib.util.spec_from_file_location(
+    "_gpt_tests_conftest", pathlib.Path(__file__).with_name("conftest.py")
+)
+_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_conftest)
+small_config = _conftest.small_config
+
+from gpt_models._loop import Interrupted, load_run, train  # noqa: E402
+
+
+class _SignalOnStart(io.StringIO):
+    """A progress stream that sends ``signum`` to this process at the first progress line."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__()
+        self.signum, self.sent = signum, False
+
+    def write(self, text: str) -> int:
+        if not self.sent and text.startswith("step"):
+            self.sent = True
+            os.kill(os.getpid(), self.signum)
+        return super().write(text)
+
+
+def test_sigint_finishes_the_step_saves_and_the_run_resumes(tmp_path):
+    cfg = small_config(train={"checkpoint_every": 0}, mesh={"data": -1}, log={"every": 1})
+    run = tmp_path / "run"
+    with pytest.raises(Interrupted) as stop:
+        train(cfg, run, stream=_SignalOnStart(signal.SIGINT), write_sample=False)
+    assert stop.value.signum == signal.SIGINT and stop.value.step == 1
+    assert load_run(run)[2] == 1  # the checkpoint of the finished step is restorable
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler put back
+    result = train(cfg, run, resume=True, stream=io.StringIO(), write_sample=False)
+    assert result.step == cfg.train.steps and load_run(run)[2] == cfg.train.steps
