@@ -43,7 +43,9 @@ def test_damaged_latest_falls_back_with_a_warning(tmp_path):
 
 def test_no_checkpoint_is_a_clear_error(tmp_path):
     ckpt = Checkpointer(tmp_path / "c", keep=1)
-    with pytest.raises(UsageError, match=r"No checkpoint in .*c: the run saved none yet"):
+    with pytest.raises(
+        UsageError, match=r"No checkpoint in .*c: the run saved none yet .*Train it"
+    ):
         ckpt.restore(_state(0))
     ckpt.close()
 

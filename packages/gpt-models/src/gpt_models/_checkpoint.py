@@ -87,7 +87,11 @@ class Checkpointer:
         _check_item_names(targets)
         candidates = [step] if step is not None else self.steps()[::-1]
         if not candidates:
-            raise UsageError(f"No checkpoint in {self.directory}: the run saved none yet.")
+            raise UsageError(
+                f"No checkpoint in {self.directory}: the run saved none yet (a run saves every "
+                "train.checkpoint_every steps and at the end). Train it further, or pick a run "
+                "folder that has one."
+            )
         errors = []
         for s in candidates:
             try:
