@@ -223,6 +223,32 @@ def register_batching_always(prim: Any, rule: Callable[..., Any]) -> None:
     _batching.fancy_primitive_batchers[prim] = wrapped
 
 
+def wrap_batched_cond(rewrite: Callable[[Sequence[Any]], Sequence[Any] | None]) -> None:
+    """Let ``rewrite`` adapt a cond's branches before vmap evaluates all of them for every lane.
+
+    With a batched index JAX's cond batching rule runs every branch and selects the outputs, so
+    nothing after it can tell which branch a lane took. ``rewrite(branches)`` returns ``None``
+    (keep the cond as it is) or new closed jaxprs taking the index as an extra first operand.
+    0.7.2 .. 0.12: cond's rule is ``rule(axis_data, args, dims, *, branches, **params)`` in
+    ``fancy_primitive_batchers``, index first. Calling this twice wraps once.
+    """
+    original = _batching.fancy_primitive_batchers[cond_p]
+    original = getattr(original, "_unwrapped", original)
+    not_mapped = getattr(_batching, "not_mapped", None)  # 0.7.2 .. 0.9; None from 0.10
+
+    def rule(axis_data: Any, args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
+        # A platform-dependent cond gets an unbatched index inside JAX's rule: leave it be.
+        if dims[0] is not not_mapped and "branches_platforms" not in params:
+            new = rewrite(params["branches"])
+            if new is not None:
+                params = {**params, "branches": tuple(new)}
+                args, dims = [args[0], *args], [dims[0], *dims]
+        return original(axis_data, args, dims, **params)
+
+    rule._unwrapped = original  # type: ignore[attr-defined]
+    _batching.fancy_primitive_batchers[cond_p] = rule
+
+
 def register_jvp(prim: Any, rule: Callable[..., Any]) -> None:
     """``rule(primals, tangents, **params) -> (primal_out, tangent_out)``; zeros instantiated."""
 

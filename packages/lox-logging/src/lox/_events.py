@@ -11,27 +11,50 @@ import jax.numpy as jnp
 
 @jax.tree_util.register_pytree_node_class
 class Event:
-    """One key's events: ``values`` and ``steps`` leaves shaped ``(*batch, n_events, ...)``."""
+    """One key's events: ``values``, ``steps`` and ``mask`` leaves shaped ``(*batch, n_events, ...)``.
 
-    def __init__(self, name: str, meta: tuple[Any, ...], values: list, steps: list) -> None:
+    ``meta`` is ``(treedef, step_keys, nbatch, taken)``; it must agree to merge. ``taken`` is empty
+    unless the site sat in a branch of a cond that vmap ran for every lane (a batched predicate):
+    then it holds one ``(group, branch, n_branches)`` per such cond, outermost first, and ``mask``
+    one bool leaf saying, per lane and event, whether all those branches were really taken.
+    """
+
+    def __init__(
+        self, name: str, meta: tuple[Any, ...], values: list, steps: list, mask: list | None = None
+    ) -> None:
         self.name = name
-        self.meta = meta  # (treedef, step_keys, nbatch): must agree to merge
+        self.meta = meta
         self.values = values
         self.steps = steps
+        self.mask = mask or []
 
     @property
     def nbatch(self) -> int:
         return self.meta[2]
 
-    def tree_flatten(self) -> tuple[tuple[list, list], tuple[str, tuple]]:
-        return (self.values, self.steps), (self.name, self.meta)
+    @property
+    def taken(self) -> tuple[tuple[int, int, int], ...]:
+        return self.meta[3]
+
+    def leaves(self) -> list[Any]:
+        return [*self.values, *self.steps, *self.mask]
+
+    def with_leaves(self, leaves: Sequence[Any], meta: tuple[Any, ...] | None = None) -> Event:
+        """The same event with new leaves (as ordered by :meth:`leaves`) and optionally meta."""
+        meta = self.meta if meta is None else meta
+        nv, ns = len(self.values), len(self.steps)
+        mask = list(leaves[nv + ns :]) if meta[3] else []
+        return Event(self.name, meta, list(leaves[:nv]), list(leaves[nv : nv + ns]), mask)
+
+    def tree_flatten(self) -> tuple[tuple[list, list, list], tuple[str, tuple]]:
+        return (self.values, self.steps, self.mask), (self.name, self.meta)
 
     @classmethod
-    def tree_unflatten(cls, aux: tuple[str, tuple], children: tuple[list, list]) -> Event:
+    def tree_unflatten(cls, aux: tuple[str, tuple], children: tuple[list, list, list]) -> Event:
         return cls(aux[0], aux[1], *children)
 
     def signature(self) -> str:
-        treedef, step_keys, nbatch = self.meta
+        treedef, step_keys, nbatch, _ = self.meta
         shapes = [f"{jnp.result_type(v)}{list(jnp.shape(v)[nbatch + 1 :])}" for v in self.values]
         value = jax.tree.unflatten(treedef, shapes) if shapes else "{}"
         steps = f", steps {list(step_keys)}" if step_keys else ""
@@ -43,13 +66,22 @@ class Event:
 
 
 def from_site(params: dict[str, Any], invals: Sequence[Any]) -> Event:
-    """The event of one executed site: a length-1 event axis right after the batch axes."""
+    """The event of one executed site: a length-1 event axis right after the batch axes.
+
+    Operands are the value leaves, then the steps, then (when ``params["taken"]``) the mask.
+    """
     nbatch = params["nbatch"]
-    n_steps = len(params["step_keys"])
+    n_steps, n_mask = len(params["step_keys"]), 1 if params["taken"] else 0
     leaves = [jnp.expand_dims(jnp.asarray(x), nbatch) for x in invals]
-    values, steps = leaves[: len(leaves) - n_steps], leaves[len(leaves) - n_steps :]
-    meta = (params["treedef"], params["step_keys"], nbatch)
-    return Event(params["name"], meta, values, steps)
+    n_values = len(leaves) - n_steps - n_mask
+    meta = (params["treedef"], params["step_keys"], nbatch, params["taken"])
+    return Event(
+        params["name"],
+        meta,
+        leaves[:n_values],
+        leaves[n_values : n_values + n_steps],
+        leaves[n_values + n_steps :],
+    )
 
 
 class LogStructureError(ValueError):
@@ -62,8 +94,7 @@ def _signature_key(e: Event) -> tuple[Any, ...]:
 
 
 def _mismatch(a: Event, b: Event, where: str) -> LogStructureError:
-    _, keys_a, _ = a.meta
-    _, keys_b, _ = b.meta
+    keys_a, keys_b = a.meta[1], b.meta[1]
     hint = (
         "Every event of a key must have one pytree structure, shape and dtype; log different "
         "things under different keys, or cast/reshape before logging."
@@ -80,12 +111,27 @@ def _mismatch(a: Event, b: Event, where: str) -> LogStructureError:
     )
 
 
+def branch_mismatch(branches: Sequence[Sequence[Event] | None]) -> LogStructureError:
+    """The error for a cond/switch whose branches log different things (``None``: not traced)."""
+    lines = []
+    for i, events in enumerate(branches):
+        logged = "; ".join(repr(e) for e in events or []) or "nothing"
+        lines.append(f"  branch {i} logged: {logged}")
+    keys = sorted({e.name for events in branches for e in events or []})
+    return LogStructureError(
+        f"lox.spool: the branches of a cond/switch log different keys, shapes or dtypes "
+        f"(keys involved: {keys}):\n" + "\n".join(lines) + "\nOnly the taken branch's "
+        "events are returned, so every branch must log the same keys with the same shapes "
+        "and dtypes. Log the same keys in each branch (e.g. a zero placeholder), or move "
+        "the lox.log call out of the cond."
+    )
+
+
 def concat(a: Event, b: Event, where: str = "") -> Event:
     if _signature_key(a) != _signature_key(b):
         raise _mismatch(a, b, where)
     ax = a.nbatch
-    cat = [jnp.concatenate([x, y], axis=ax) for x, y in zip(a.values + a.steps, b.values + b.steps)]
-    return Event(a.name, a.meta, cat[: len(a.values)], cat[len(a.values) :])
+    return a.with_leaves([jnp.concatenate([x, y], axis=ax) for x, y in zip(a.leaves(), b.leaves())])
 
 
 def merge(events: Sequence[Event], where: str = "") -> list[Event]:
@@ -109,4 +155,4 @@ def fold_leading(e: Event) -> Event:
         shape = jnp.shape(x)
         return jnp.reshape(x, (*shape[:nb], shape[nb] * shape[nb + 1], *shape[nb + 2 :]))
 
-    return Event(e.name, e.meta, [fold(v) for v in e.values], [fold(s) for s in e.steps])
+    return e.with_leaves([fold(x) for x in e.leaves()])

@@ -109,6 +109,7 @@ def log(data: Mapping[str, Any], *, tags: str | Sequence[str] = (), **steps: Any
             step_keys=step_keys,
             nbatch=0,
             recomputed=False,
+            taken=(),  # set by _taken when the site is in a branch vmap runs for every lane
         )
         out[key] = jax.tree.unflatten(treedef, res[: len(leaves)])
     return type(data)(out) if isinstance(data, dict) else out

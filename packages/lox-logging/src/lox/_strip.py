@@ -16,7 +16,8 @@ def _remove(ctx: Any, eqn: Any, invals: list[Any]) -> list[Any]:
 @cached
 def _rewritten(f: Callable[..., Any], key: tuple[Any, ...]) -> Callable[..., Any]:
     names, tags, invert = key
-    run = LogInterpreter(Selector(names, tags, invert=invert), _remove).transform(f)
+    sel = Selector(names, tags, invert=invert)
+    run = LogInterpreter(sel, _remove, mask_branches=False).transform(f)
     return lambda *a, **k: run(*a, **k)[0]
 
 

@@ -40,6 +40,8 @@ def _site_rule(callback: Callable[..., None], with_state: Callable[[], Any] | No
             if not first:
                 return  # jax.checkpoint's recomputation in the backward pass
             for index, lane in _per_lane(nbatch, event):
+                if lane.mask and not np.all(lane.mask[0]):
+                    continue  # a branch that vmap ran for every lane, not taken in this one
                 logs = to_logdict([lane_event(lane)])
                 if with_state is None:
                     callback(logs)
@@ -53,13 +55,15 @@ def _site_rule(callback: Callable[..., None], with_state: Callable[[], Any] | No
 
 
 def lane_event(e: Any) -> Any:
-    return _events.Event(e.name, (*e.meta[:2], 0), e.values, e.steps)
+    return _events.Event(e.name, (*e.meta[:2], 0, ()), e.values, e.steps)
 
 
 @cached
 def _tapped(f: Callable[..., Any], callback: Callable[..., None], key: tuple[Any, ...]) -> Callable:
     names, tags, _ = key
-    run = LogInterpreter(Selector(names, tags), _site_rule(callback, None)).transform(f)
+    run = LogInterpreter(
+        Selector(names, tags), _site_rule(callback, None), mask_branches=True
+    ).transform(f)
     return jax.jit(lambda *a, **k: run(*a, **k)[0], inline=True)
 
 
@@ -114,6 +118,6 @@ def tap_with_state(
 
     def g(*args: Any, **kwargs: Any) -> Any:
         rule = _site_rule(callback, lambda: state)
-        return LogInterpreter(sel, rule).transform(f)(*args, **kwargs)[0]
+        return LogInterpreter(sel, rule, mask_branches=True).transform(f)(*args, **kwargs)[0]
 
     return g

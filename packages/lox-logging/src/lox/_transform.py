@@ -11,10 +11,12 @@ import jax
 from core_primitives import Context, Interpreter
 
 from . import _events
+from ._alternatives import resolve
 from ._events import Event, LogStructureError
 from ._log import lox_p
 from ._logdict import logdict
 from ._select import Selector
+from ._taken import thread_taken
 
 SiteRule = Callable[[Context, Any, list[Any]], list[Any]]
 
@@ -22,10 +24,11 @@ SiteRule = Callable[[Context, Any, list[Any]], list[Any]]
 class LogInterpreter(Interpreter):
     """Applies ``site_rule`` to selected, non-recomputed log sites; emitted values are Events."""
 
-    def __init__(self, selector: Selector, site_rule: SiteRule) -> None:
+    def __init__(self, selector: Selector, site_rule: SiteRule, *, mask_branches: bool) -> None:
         super().__init__({lox_p: self._site})
         self.selector = selector
         self.site_rule = site_rule
+        self.mask_branches = mask_branches
 
     def _site(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
         if not self.selector(eqn.params):
@@ -34,7 +37,18 @@ class LogInterpreter(Interpreter):
             return invals  # remat's copy of a site that already ran in the forward pass
         return self.site_rule(ctx, eqn, invals)
 
+    def _cond(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+        # tap: each site learns whether its branch was taken (index == branch), so that under
+        # an outer vmap, which runs every branch for every lane, it can skip the untaken lanes.
+        # spool needs no mask: its events leave the cond as outputs, which vmap selects.
+        tagged = thread_taken(eqn.params["branches"]) if self.mask_branches else None
+        if tagged is None:
+            return super()._cond(ctx, eqn, invals)
+        eqn = eqn.replace(params={**eqn.params, "branches": tuple(tagged)})
+        return super()._cond(ctx, eqn, [invals[0], *invals])
+
     def body_exit(self, emitted: list[Any]) -> list[Any]:
+        emitted = resolve(emitted, complete=False)
         return _events.merge(emitted, "inside one loop iteration")
 
     def scan_exit(self, emitted: list[Any], *, length: int, reverse: bool) -> list[Any]:
@@ -44,18 +58,7 @@ class LogInterpreter(Interpreter):
         return [_events.fold_leading(e) for e in emitted]
 
     def cond_mismatch(self, branches: list[Any]) -> NoReturn:
-        lines = []
-        for i, events in enumerate(branches):
-            logged = "; ".join(repr(e) for e in events or []) or "nothing"
-            lines.append(f"  branch {i} logged: {logged}")
-        keys = sorted({e.name for events in branches for e in events or []})
-        raise LogStructureError(
-            f"lox.spool: the branches of a cond/switch log different keys, shapes or dtypes "
-            f"(keys involved: {keys}):\n" + "\n".join(lines) + "\nOnly the taken branch's "
-            "events are returned, so every branch must log the same keys with the same shapes "
-            "and dtypes. Log the same keys in each branch (e.g. a zero placeholder), or move "
-            "the lox.log call out of the cond."
-        )
+        raise _events.branch_mismatch(branches)
 
     def while_emitted(self, emitted: list[Any], *, part: str) -> NoReturn:
         keys = sorted({e.name for e in emitted})
@@ -69,8 +72,8 @@ class LogInterpreter(Interpreter):
 
 def to_logdict(events: list[Event]) -> logdict:
     data, steps = {}, {}
-    for e in _events.merge(events, "in one function"):
-        treedef, step_keys, _ = e.meta
+    for e in _events.merge(resolve(events, complete=True), "in one function"):
+        treedef, step_keys = e.meta[:2]
         data[e.name] = jax.tree.unflatten(treedef, e.values)
         steps[e.name] = dict(zip(step_keys, e.steps))
     return logdict(data, steps)

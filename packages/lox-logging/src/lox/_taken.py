@@ -1,0 +1,92 @@
+"""Tell every log site in a cond branch whether its branch was taken.
+
+``vmap`` of a cond with a batched predicate runs every branch for every lane and then selects
+the outputs, so the cond is gone before ``spool``/``tap`` see the jaxpr, and each branch's sites
+look executed. Before that happens we rewrite the branches: each gets the branch index as an
+extra operand and binds its sites with a ``taken`` tag ``(group, branch, n_branches)`` and a
+mask operand ``index == branch`` (per lane once batched). ``spool`` then selects among the
+alternatives (``_alternatives``) and ``tap`` skips lanes whose mask is False. The same rewrite
+serves ``tap``'s own cond rule, so ``vmap(tap(f))`` skips untaken lanes too.
+
+Untransformed code pays nothing at run time: the masks only feed sites, which XLA drops.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core_primitives import Context, Interpreter, compat
+
+from ._log import lox_p
+
+_group_ids = itertools.count()
+
+
+class _Tagger(Interpreter):
+    """Re-binds every site with one more ``taken`` tag, AND-ing ``flag`` into its mask."""
+
+    def __init__(self, flag: Any, tag: tuple[int, int, int]) -> None:
+        super().__init__({lox_p: self._site})
+        self.flag = flag
+        self.tag = tag
+
+    def _site(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+        p = eqn.params
+        args = list(invals)
+        # A site inside a vmap within the branch has nbatch batch axes on every operand.
+        batch = jnp.shape(args[0])[: p["nbatch"]] if args else ()
+        mask = jnp.broadcast_to(self.flag, batch)
+        if p["taken"]:
+            mask = jnp.logical_and(args.pop(), mask)
+        outs = lox_p.bind(*args, mask, **{**p, "taken": (*p["taken"], self.tag)})
+        return list(outs[: len(eqn.outvars)])
+
+
+def has_sites(closed: Any) -> bool:
+    """Whether a jaxpr holds a log site at any depth."""
+    jaxpr = closed
+    if isinstance(closed, compat.ClosedJaxpr):
+        jaxpr, _ = compat.jaxpr_and_consts(closed)
+    return any(
+        e.primitive is lox_p or any(has_sites(j) for j in _sub_jaxprs(e.params)) for e in jaxpr.eqns
+    )
+
+
+def _sub_jaxprs(params: dict[str, Any]) -> list[Any]:
+    kinds = (compat.ClosedJaxpr, compat.Jaxpr)
+    found = []
+    for v in params.values():
+        for x in v if isinstance(v, (tuple, list)) else (v,):
+            if isinstance(x, kinds):
+                found.append(x)
+    return found
+
+
+def thread_taken(branches: Sequence[Any]) -> list[Any] | None:
+    """Branches taking the index as a new first operand, their sites tagged; None if no sites."""
+    if not any(has_sites(b) for b in branches):
+        return None
+    group, n = next(_group_ids), len(branches)
+    return [_tagged(b, (group, i, n)) for i, b in enumerate(branches)]
+
+
+def _tagged(branch: Any, tag: tuple[int, int, int]) -> Any:
+    def run(index: Any, *ops: Any) -> list[Any]:
+        outs, _ = _Tagger(index == tag[1], tag).eval_jaxpr(branch, ops)
+        return outs
+
+    avals = [jax.ShapeDtypeStruct((), np.int32), *map(_spec, branch.in_avals)]
+    return jax.make_jaxpr(run)(*avals)
+
+
+def _spec(aval: Any) -> Any:
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+compat.wrap_batched_cond(thread_taken)
