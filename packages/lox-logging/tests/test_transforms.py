@@ -577,3 +577,23 @@ def test_grad_through_spool_of_vmap_with_batched_cond():
     (_, logs), g = jax.value_and_grad(loss, has_aux=True)(jnp.array([3.0, -1.0]))
     np.testing.assert_array_equal(g, [6.0, -1.0])
     np.testing.assert_array_equal(logs["b"], [[3.0], [-1.0]])
+
+
+def test_spool_around_tap_with_filters_sees_the_untapped_keys_of_a_cond():
+    def f(x):
+        a, b = lax.cond(
+            x > 0,
+            lambda: tuple(lox.log({"a": x, "b": x + 10}).values()),
+            lambda: tuple(lox.log({"a": -x, "b": x - 10}).values()),
+        )
+        return a + b
+
+    seen = []
+    g = lox.tap(f, seen.append, names="a")
+    xs = jnp.array([1.0, -1.0])
+    for h in (lox.spool(jax.vmap(g)), jax.vmap(lox.spool(g))):
+        out, logs = h(xs)
+        np.testing.assert_array_equal(logs["b"], [[11.0], [-11.0]])
+        assert set(logs) == {"b"}
+    jax.effects_barrier()
+    assert sorted(float(s["a"][0]) for s in seen) == [1.0, 1.0, 1.0, 1.0]

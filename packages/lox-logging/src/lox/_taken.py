@@ -14,7 +14,7 @@ Untransformed code pays nothing at run time: the masks only feed sites, which XL
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -28,16 +28,26 @@ from ._log import lox_p
 _group_ids = itertools.count()
 
 
-class _Tagger(Interpreter):
-    """Re-binds every site with one more ``taken`` tag, AND-ing ``flag`` into its mask."""
+Select = Callable[[dict[str, Any]], bool]
 
-    def __init__(self, flag: Any, tag: tuple[int, int, int]) -> None:
+
+def _every_site(params: dict[str, Any]) -> bool:
+    return True
+
+
+class _Tagger(Interpreter):
+    """Re-binds selected sites with one more ``taken`` tag, AND-ing ``flag`` into their mask."""
+
+    def __init__(self, flag: Any, tag: tuple[int, int, int], select: Select) -> None:
         super().__init__({lox_p: self._site})
         self.flag = flag
         self.tag = tag
+        self.select = select
 
     def _site(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
         p = eqn.params
+        if not self.select(p):
+            return ctx.bind(eqn, invals)
         args = list(invals)
         # A site inside a vmap within the branch has nbatch batch axes on every operand.
         batch = jnp.shape(args[0])[: p["nbatch"]] if args else ()
@@ -48,13 +58,15 @@ class _Tagger(Interpreter):
         return list(outs[: len(eqn.outvars)])
 
 
-def has_sites(closed: Any) -> bool:
-    """Whether a jaxpr holds a log site at any depth."""
+def has_sites(closed: Any, select: Select = _every_site) -> bool:
+    """Whether a jaxpr holds a selected log site at any depth."""
     jaxpr = closed
     if isinstance(closed, compat.ClosedJaxpr):
         jaxpr, _ = compat.jaxpr_and_consts(closed)
     return any(
-        e.primitive is lox_p or any(has_sites(j) for j in _sub_jaxprs(e.params)) for e in jaxpr.eqns
+        (e.primitive is lox_p and select(e.params))
+        or any(has_sites(j, select) for j in _sub_jaxprs(e.params))
+        for e in jaxpr.eqns
     )
 
 
@@ -68,17 +80,22 @@ def _sub_jaxprs(params: dict[str, Any]) -> list[Any]:
     return found
 
 
-def thread_taken(branches: Sequence[Any]) -> list[Any] | None:
-    """Branches taking the index as a new first operand, their sites tagged; None if no sites."""
-    if not any(has_sites(b) for b in branches):
+def thread_taken(branches: Sequence[Any], select: Select = _every_site) -> list[Any] | None:
+    """Branches taking the index as a new first operand, their selected sites tagged.
+
+    ``None`` when no branch has a selected site. vmap tags every site (any later spool/tap may
+    want it); ``tap`` only those it consumes: a tag left on a site inside a cond that stays a
+    cond would give its branches different event structures for an outer ``spool``.
+    """
+    if not any(has_sites(b, select) for b in branches):
         return None
     group, n = next(_group_ids), len(branches)
-    return [_tagged(b, (group, i, n)) for i, b in enumerate(branches)]
+    return [_tagged(b, (group, i, n), select) for i, b in enumerate(branches)]
 
 
-def _tagged(branch: Any, tag: tuple[int, int, int]) -> Any:
+def _tagged(branch: Any, tag: tuple[int, int, int], select: Select) -> Any:
     def run(index: Any, *ops: Any) -> list[Any]:
-        outs, _ = _Tagger(index == tag[1], tag).eval_jaxpr(branch, ops)
+        outs, _ = _Tagger(index == tag[1], tag, select).eval_jaxpr(branch, ops)
         return outs
 
     avals = [jax.ShapeDtypeStruct((), np.int32), *map(_spec, branch.in_avals)]

@@ -41,7 +41,8 @@ class LogInterpreter(Interpreter):
         # tap: each site learns whether its branch was taken (index == branch), so that under
         # an outer vmap, which runs every branch for every lane, it can skip the untaken lanes.
         # spool needs no mask: its events leave the cond as outputs, which vmap selects.
-        tagged = thread_taken(eqn.params["branches"]) if self.mask_branches else None
+        branches = eqn.params["branches"]
+        tagged = thread_taken(branches, self.selector) if self.mask_branches else None
         if tagged is None:
             return super()._cond(ctx, eqn, invals)
         eqn = eqn.replace(params={**eqn.params, "branches": tuple(tagged)})
