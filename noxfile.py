@@ -17,7 +17,15 @@ import nox
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["tests", "integration", "lint", "typecheck", "docs", "wheels"]
+nox.options.sessions = [
+    "tests",
+    "integration",
+    "integration_newest",
+    "lint",
+    "typecheck",
+    "docs",
+    "wheels",
+]
 
 ROOT = Path(__file__).parent
 PACKAGES = ["core-primitives", "lox-logging", "blox-params", "paramspec-sharding", "gpt-models"]
