@@ -597,3 +597,35 @@ def test_spool_around_tap_with_filters_sees_the_untapped_keys_of_a_cond():
         assert set(logs) == {"b"}
     jax.effects_barrier()
     assert sorted(float(s["a"][0]) for s in seen) == [1.0, 1.0, 1.0, 1.0]
+
+
+def _count_up_to(n):
+    def body(c):
+        lox.log({"i": c})
+        return c + 1
+
+    return lax.while_loop(lambda c: c < n, body, 0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known gap: vmap of a while_loop with a batched predicate runs the body for every "
+    "lane until the last is done, and tap's callback does not know which lanes were finished",
+)
+def test_vmap_of_tap_in_while_with_batched_predicate_fires_only_for_running_lanes():
+    seen = []
+    jax.vmap(lox.tap(_count_up_to, seen.append))(jnp.array([1, 3]))
+    jax.effects_barrier()
+    assert sorted(int(s["i"][0]) for s in seen) == [0, 0, 1, 2]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=TypeError,
+    reason="known gap: the core interpreter re-binds a while_loop through lax.while_loop, which "
+    "rejects the batched predicate vmap leaves in the loop ('cond_fun must return a boolean "
+    "scalar')",
+)
+def test_strip_of_vmap_with_batched_while_predicate():
+    np.testing.assert_array_equal(lox.strip(jax.vmap(_count_up_to))(jnp.array([1, 3])), [1, 3])
