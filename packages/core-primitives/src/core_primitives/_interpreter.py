@@ -296,7 +296,7 @@ class Interpreter:
         fns = [make(i, b) for i, b in enumerate(branches)]
         try:
             with compat.eqn_context(eqn):
-                outs, leaves = lax.switch(index, fns, *ops)
+                outs, leaves = _switch_unclamped(index, fns, ops)
         except TypeError as err:
             self._check_branches(seen, len(branches), err)
             raise
@@ -409,6 +409,33 @@ class _Discarding(Interpreter):
     def eval_jaxpr(self, closed: Any, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         outs, _ = self._inner.eval_jaxpr(closed, args)
         return outs, []
+
+
+def _switch_unclamped(index: Any, fns: list[Callable], ops: Sequence[Any]) -> Any:
+    """``lax.switch(index, fns, *ops)`` without the index clamp ``lax.switch`` adds.
+
+    The index comes from an existing ``cond`` equation, so it is already what that equation
+    used; re-binding it unclamped keeps the rewritten program equation-for-equation equal to
+    the original (``lax.switch`` itself does the branch tracing and the weak-type joins).
+    """
+    switch = lambda i, *o: lax.switch(i, fns, *o)
+    closed, shapes = jax.make_jaxpr(switch, return_shape=True)(index, *ops)
+    jaxpr, consts = compat.jaxpr_and_consts(closed)
+    env: dict[Any, Any] = dict(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, [index, *ops]))
+
+    def read(v: Any) -> Any:
+        return v.val if compat.is_literal(v) else env[v]
+
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        if eqn.primitive is lax.clamp_p and eqn.invars[1] is jaxpr.invars[0]:
+            outs = [invals[1]]  # (lo, index, hi) -> index
+        else:
+            outs = bind_eqn(eqn, invals)
+        env.update(zip(eqn.outvars, outs))
+    flat = [read(v) for v in jaxpr.outvars]
+    return jax.tree.unflatten(jax.tree.structure(shapes), flat)
 
 
 def _emits(box: dict[str, Any], body: Callable[..., Any], args: Sequence[Any]) -> bool:
