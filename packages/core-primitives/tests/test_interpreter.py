@@ -277,3 +277,19 @@ def test_literals_drop_vars_and_pytree_outputs():
     out, emitted = Interpreter().transform(f)(X)
     assert emitted == []
     jax.tree.map(np.testing.assert_allclose, out, f(X))
+
+
+def _primitives(jaxpr):
+    return [e.primitive.name for e in jaxpr.eqns]
+
+
+def test_rewritten_cond_and_switch_add_no_equation():
+    # lax.switch would clamp the (already valid) index again; the rewrite must not.
+    def f(x):
+        y = lax.cond(x > 0, lambda v: v * 2, lambda v: v * 3, x)
+        return lax.switch(jnp.int32(5), [lambda v: v, lambda v: v + 1, jnp.sin], y)
+
+    original = jax.make_jaxpr(f)(1.0)
+    rewritten = jax.make_jaxpr(lambda x: Interpreter({}).transform(f)(x)[0])(1.0)
+    assert _primitives(rewritten.jaxpr) == _primitives(original.jaxpr)
+    assert f(1.0) == Interpreter({}).transform(f)(1.0)[0]
