@@ -214,6 +214,27 @@ READING = """
   plus freed temporaries that the allocator keeps mapped.
 - On GPU/TPU the parameters and temporaries live in device memory; host RSS then holds only the
   compiled program.
+
+## Why 1.2x is out of reach here (and what was tried)
+
+- The floor, even with leaves generated strictly one after another: parameters (1.0x) + the live
+  compiled program (0.13 GB = 0.15x after `malloc_trim`, 0.23 GB = 0.26x as the process keeps it)
+  + the largest leaf's RNG temporaries. JAX lowers threefry on CPU as a rolled `while` loop whose
+  carry holds two shard-sized `u32` buffers plus a copy: `compiled.memory_analysis()` of the
+  32768 x 1024 embedding alone, sharded 8 ways, gives 16.8 MB of output and 50.3 MB of temporaries
+  per device (the same for `bits`, `uniform`, `normal` and `lecun_normal`), i.e. 0.45x of this
+  tree's parameter bytes for that one leaf. 1.0 + 0.15 + 0.45 = 1.6x, which is what the
+  sequential schedule measures. Below that needs generating a leaf in pieces, which an arbitrary
+  `init(key, shape, dtype)` initializer does not allow.
+- Chaining the leaves with `jax.lax.optimization_barrier` (each leaf's key released only once the
+  previous leaf is complete) does not help on XLA:CPU: the barrier is present before
+  optimisation, removed after, and the buffer assignment keeps one temporary per distinct shard
+  shape (3.55 MB of temporaries with the chain, 3.42 MB without, 1.58 MB with the sequential
+  flag, on a 12-layer d_model=256 tree). So the chain was not kept.
+- The sequential schedule cannot be asked for per computation: `compile(compiler_options=
+  {"xla_cpu_enable_concurrency_optimized_scheduler": False})` is accepted and has no effect on
+  the temporaries; only `XLA_FLAGS` before JAX starts does, and setting that from a library
+  would change every CPU computation in the user's process, so paramspec does not.
 """
 
 
