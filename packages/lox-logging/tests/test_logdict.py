@@ -158,6 +158,22 @@ def test_tree_map_keeps_steps_and_allows_placeholder_leaves():
     assert jax.tree.structure(jax.tree.map(lambda _: object(), logs)) == jax.tree.structure(logs)
 
 
+def test_rebuilt_logdict_keeps_key_and_step_order_and_survives_a_replaced_steps_subtree():
+    logs = logdict(
+        {"b": jnp.ones(2), "a": jnp.zeros(2)},
+        {"b": {"step": jnp.arange(2), "epoch": jnp.zeros(2, jnp.int32)}},
+    )
+    leaves, treedef = jax.tree.flatten(logs)
+    rebuilt = jax.tree.unflatten(treedef, leaves)
+    assert list(rebuilt) == ["a", "b"]
+    assert list(rebuilt.steps["b"]) == ["epoch", "step"] and rebuilt.steps["a"] == {}
+    assert repr(jax.jit(lambda v: v)(logs)) == repr(logs)
+    # A tree_map that treats the steps dict as a leaf hands a non-dict back to unflatten.
+    is_steps = lambda x: isinstance(x, dict) and set(x) == {"a", "b"}
+    mapped = jax.tree.map(lambda x: None if is_steps(x) else x, logs, is_leaf=is_steps)
+    assert list(mapped) == ["a", "b"] and mapped.steps == {"a": {}, "b": {}}
+
+
 def test_jit_vmap_scan_in_and_out():
     logs = ld(x=jnp.arange(3.0), p={"w": jnp.ones((3, 2))})
     assert_same(jax.jit(lambda v: v)(logs), logs)
