@@ -434,7 +434,7 @@ def test_save_logger_flush_every_buffers_until_finish(tmp_path):
 def test_state_from_a_sharded_jit_feeds_the_next_call():
     if jax.device_count() < 2:
         pytest.skip("needs several devices (the lox conftest fakes 8 CPUs)")
-    mesh = jax.make_mesh((jax.device_count(),), ("d",))
+    mesh = jax.make_mesh((jax.device_count(),), ("d",), axis_types=(jax.sharding.AxisType.Auto,))
     spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "d"))
     values = jax.device_put(jnp.ones((1, 2 * jax.device_count())), spec)
     rec = Recorder()
