@@ -293,3 +293,35 @@ def test_rewritten_cond_and_switch_add_no_equation():
     rewritten = jax.make_jaxpr(lambda x: Interpreter({}).transform(f)(x)[0])(1.0)
     assert _primitives(rewritten.jaxpr) == _primitives(original.jaxpr)
     assert f(1.0) == Interpreter({}).transform(f)(1.0)[0]
+
+
+def _primitives_deep(jaxpr):
+    # Primitive names in order, each higher-order one followed by its sub-jaxprs' primitives.
+    names = []
+    for e in jaxpr.eqns:
+        names.append(e.primitive.name)
+        for key in sorted(e.params):
+            sub = e.params[key]
+            if isinstance(sub, compat.ClosedJaxpr):
+                sub = compat.jaxpr_and_consts(sub)[0]
+            if isinstance(sub, compat.Jaxpr):
+                names += [key, *_primitives_deep(sub)]
+    return names
+
+
+def _count_to(n, x):
+    # The trip count depends on n: under vmap over n the predicate is batched per lane.
+    return lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[1] * 1.5 + x), (0, x))
+
+
+def test_identity_rewrite_of_vmap_with_a_batched_while_predicate():
+    ns, xs = jnp.array([1, 3, 0]), jnp.array([1.0, 2.0, 3.0])
+    f = jax.vmap(_count_to)
+    got, want = _identity(f)(ns, xs), f(ns, xs)
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+    assert want[0].tolist() == [1, 3, 0]  # the lanes really stop at different steps
+    jax.tree.map(np.testing.assert_array_equal, jax.jit(_identity(f))(ns, xs), want)
+    original = jax.make_jaxpr(f)(ns, xs)
+    rewritten = jax.make_jaxpr(_identity(f))(ns, xs)
+    assert _primitives_deep(rewritten.jaxpr) == _primitives_deep(original.jaxpr)
+    assert "while" in _primitives_deep(original.jaxpr)

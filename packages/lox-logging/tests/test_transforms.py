@@ -607,25 +607,35 @@ def _count_up_to(n):
     return lax.while_loop(lambda c: c < n, body, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known gap: vmap of a while_loop with a batched predicate runs the body for every "
-    "lane until the last is done, and tap's callback does not know which lanes were finished",
-)
-def test_vmap_of_tap_in_while_with_batched_predicate_fires_only_for_running_lanes():
+def _running_lanes_seen(run):
     seen = []
-    jax.vmap(lox.tap(_count_up_to, seen.append))(jnp.array([1, 3]))
+    run(seen.append)
     jax.effects_barrier()
-    assert sorted(int(s["i"][0]) for s in seen) == [0, 0, 1, 2]
+    return [int(s["i"][0]) for s in seen]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="known gap: the core interpreter re-binds a while_loop through lax.while_loop, which "
-    "rejects the batched predicate vmap leaves in the loop ('cond_fun must return a boolean "
-    "scalar')",
-)
-def test_strip_of_vmap_with_batched_while_predicate():
-    np.testing.assert_array_equal(lox.strip(jax.vmap(_count_up_to))(jnp.array([1, 3])), [1, 3])
+def test_tap_in_while_with_batched_predicate_fires_only_for_running_lanes_in_both_orders():
+    # Lane 0 stops after one iteration, lane 1 after three: vmap runs the body three times for
+    # both, and lane 0's callbacks for iterations 2 and 3 must not fire.
+    ns = jnp.array([1, 3])
+    got = _running_lanes_seen(lambda cb: jax.vmap(lox.tap(_count_up_to, cb))(ns))
+    assert sorted(got) == [0, 0, 1, 2]
+    got = _running_lanes_seen(lambda cb: lox.tap(jax.vmap(_count_up_to), cb)(ns))
+    assert sorted(got) == [0, 0, 1, 2]
+    got = _running_lanes_seen(lambda cb: jax.jit(lox.tap(jax.vmap(_count_up_to), cb))(ns))
+    assert sorted(got) == [0, 0, 1, 2]
+    # Nested vmaps: the lanes of both levels stop independently.
+    grid = jnp.array([[1, 3], [0, 2]])
+    got = _running_lanes_seen(lambda cb: lox.tap(jax.vmap(jax.vmap(_count_up_to)), cb)(grid))
+    assert sorted(got) == [0, 0, 0, 1, 1, 2]
+    got = _running_lanes_seen(lambda cb: jax.vmap(lox.tap(jax.vmap(_count_up_to), cb))(grid))
+    assert sorted(got) == [0, 0, 0, 1, 1, 2]
+
+
+def test_strip_and_plain_vmap_of_while_with_batched_predicate():
+    want = np.array([1, 3])
+    np.testing.assert_array_equal(jax.vmap(_count_up_to)(jnp.array([1, 3])), want)
+    np.testing.assert_array_equal(lox.strip(jax.vmap(_count_up_to))(jnp.array([1, 3])), want)
+    np.testing.assert_array_equal(jax.vmap(lox.strip(_count_up_to))(jnp.array([1, 3])), want)
+    with pytest.raises(lox.LogStructureError, match=r"\['i'\].*while_loop"):
+        lox.spool(jax.vmap(_count_up_to))(jnp.array([1, 3]))

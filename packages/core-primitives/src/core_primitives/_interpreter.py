@@ -259,24 +259,33 @@ class Interpreter:
         return [*carry, *ys]
 
     def _while(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+        # Re-bound as the same primitive with the same params, not through lax.while_loop:
+        # under vmap with a batched predicate the cond jaxpr returns one bool per lane, which
+        # the equation accepts and lax.while_loop rejects ('cond_fun must return a boolean
+        # scalar').
         p = eqn.params
         nc, nb = p["cond_nconsts"], p["body_nconsts"]
         cond_consts, body_consts, init = invals[:nc], invals[nc : nc + nb], invals[nc + nb :]
 
-        def cond_fn(carry: Any) -> Any:
-            (pred,), emitted = self._sub(p["cond_jaxpr"], [*cond_consts, *carry])
-            if emitted:
-                self.while_emitted(emitted, part="condition")
-            return pred
+        def rewrite(part: str, key: str, args: list[Any]) -> tuple[Any, list[Any]]:
+            # The rewritten part as a const-free closed jaxpr and its const args, which lead
+            # that part's operands (a rule may close over values of the enclosing trace).
+            def run(*a: Any) -> list[Any]:
+                outs, emitted = self._sub(p[key], a)
+                if emitted:
+                    self.while_emitted(emitted, part=part)
+                return outs
 
-        def body_fn(carry: Any) -> list[Any]:
-            outs, emitted = self._sub(p["body_jaxpr"], [*body_consts, *carry])
-            if emitted:
-                self.while_emitted(emitted, part="body")
-            return outs
+            with compat.eqn_context(eqn):
+                return compat.const_args_jaxpr(jax.make_jaxpr(run)(*args))
 
+        cond, cond_args = rewrite("condition", "cond_jaxpr", [*cond_consts, *init])
+        body, body_args = rewrite("body", "body_jaxpr", [*body_consts, *init])
+        params = {**p, "cond_jaxpr": cond, "cond_nconsts": len(cond_args) + nc}
+        params.update(body_jaxpr=body, body_nconsts=len(body_args) + nb)
+        operands = [*cond_args, *cond_consts, *body_args, *body_consts, *init]
         with compat.eqn_context(eqn):
-            return list(lax.while_loop(cond_fn, body_fn, list(init)))
+            return list(compat.bind(eqn.primitive, operands, params))
 
     def _cond(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
         index, *ops = invals

@@ -249,6 +249,32 @@ def wrap_batched_cond(rewrite: Callable[[Sequence[Any]], Sequence[Any] | None]) 
     _batching.fancy_primitive_batchers[cond_p] = rule
 
 
+def wrap_batched_while(rewrite: Callable[[Any, Any, int, int], Any | None]) -> None:
+    """Let ``rewrite`` adapt a while_loop's body before vmap batches the loop.
+
+    With a batched predicate JAX's while batching rule runs the body for every lane until the
+    last is done and keeps finished lanes' carries, so nothing inside the body can tell which
+    lanes still run. ``rewrite(cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts)`` returns
+    ``None`` (keep the loop) or a new body taking the cond consts as extra leading consts.
+    0.7.2 .. 0.12: while's rule is ``rule(axis_data, args, dims, *, cond_nconsts, cond_jaxpr,
+    body_nconsts, body_jaxpr)`` in ``fancy_primitive_batchers``, operands ordered cond consts,
+    body consts, carry. Calling this twice wraps once.
+    """
+    original = _batching.fancy_primitive_batchers[while_p]
+    original = getattr(original, "_unwrapped", original)
+
+    def rule(axis_data: Any, args: Sequence[Any], dims: Sequence[Any], **params: Any) -> Any:
+        nc, nb = params["cond_nconsts"], params["body_nconsts"]
+        new = rewrite(params["cond_jaxpr"], params["body_jaxpr"], nc, nb)
+        if new is not None:
+            params = {**params, "body_jaxpr": new, "body_nconsts": nc + nb}
+            args, dims = [*args[:nc], *args], [*dims[:nc], *dims]
+        return original(axis_data, args, dims, **params)
+
+    rule._unwrapped = original  # type: ignore[attr-defined]
+    _batching.fancy_primitive_batchers[while_p] = rule
+
+
 def register_jvp(prim: Any, rule: Callable[..., Any]) -> None:
     """``rule(primals, tangents, **params) -> (primal_out, tangent_out)``; zeros instantiated."""
 

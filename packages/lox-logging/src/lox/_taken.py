@@ -1,4 +1,5 @@
-"""Tell every log site in a cond branch whether its branch was taken.
+"""Tell every log site in a cond branch whether its branch was taken (and in a while body,
+whether its loop is still running).
 
 ``vmap`` of a cond with a batched predicate runs every branch for every lane and then selects
 the outputs, so the cond is gone before ``spool``/``tap`` see the jaxpr, and each branch's sites
@@ -102,8 +103,39 @@ def _tagged(branch: Any, tag: tuple[int, int, int], select: Select) -> Any:
     return jax.make_jaxpr(run)(*avals)
 
 
+def thread_running(
+    cond: Any, body: Any, cond_nconsts: int, body_nconsts: int, select: Select = _every_site
+) -> Any | None:
+    """A while body taking the cond consts as new leading consts, its selected sites masked
+    with whether the loop is still running (the condition on the body's carry).
+
+    ``vmap`` of a while_loop with a batched predicate runs the body for every lane until the
+    last is done, keeping finished lanes' carries; on such a carry the condition is False, so
+    ``tap`` skips that lane. Otherwise the mask is True wherever the body runs. ``None`` when
+    the body has no selected site.
+    """
+    if not has_sites(body, select):
+        return None
+    tag = (next(_group_ids), 0, 1)
+
+    def run(*args: Any) -> list[Any]:
+        cond_consts, rest = args[:cond_nconsts], args[cond_nconsts:]
+        carry = rest[body_nconsts:]
+        # The condition again, its own sites inert (they ran where the loop evaluated it).
+        (running,), _ = _INERT.eval_jaxpr(cond, [*cond_consts, *carry])
+        outs, _ = _Tagger(running, tag, select).eval_jaxpr(body, rest)
+        return outs
+
+    avals = [*cond.in_avals[:cond_nconsts], *body.in_avals]
+    return jax.make_jaxpr(run)(*map(_spec, avals))
+
+
+_INERT = Interpreter({lox_p: lambda ctx, eqn, invals: invals[: len(eqn.outvars)]})
+
+
 def _spec(aval: Any) -> Any:
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 
 compat.wrap_batched_cond(thread_taken)
+compat.wrap_batched_while(thread_running)

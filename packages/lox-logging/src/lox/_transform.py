@@ -16,7 +16,7 @@ from ._events import Event, LogStructureError
 from ._log import lox_p
 from ._logdict import logdict
 from ._select import Selector
-from ._taken import thread_taken
+from ._taken import thread_running, thread_taken
 
 SiteRule = Callable[[Context, Any, list[Any]], list[Any]]
 
@@ -47,6 +47,19 @@ class LogInterpreter(Interpreter):
             return super()._cond(ctx, eqn, invals)
         eqn = eqn.replace(params={**eqn.params, "branches": tuple(tagged)})
         return super()._cond(ctx, eqn, [invals[0], *invals])
+
+    def _while(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+        # tap: each body site learns whether the loop still runs, so that under an outer vmap
+        # with a batched predicate, which runs the body for finished lanes too, it skips them.
+        p = eqn.params
+        nc, nb = p["cond_nconsts"], p["body_nconsts"]
+        body = None
+        if self.mask_branches:
+            body = thread_running(p["cond_jaxpr"], p["body_jaxpr"], nc, nb, self.selector)
+        if body is None:
+            return super()._while(ctx, eqn, invals)
+        eqn = eqn.replace(params={**p, "body_jaxpr": body, "body_nconsts": nc + nb})
+        return super()._while(ctx, eqn, [*invals[:nc], *invals])
 
     def body_exit(self, emitted: list[Any]) -> list[Any]:
         emitted = resolve(emitted, complete=False)
