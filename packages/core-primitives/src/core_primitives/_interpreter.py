@@ -7,9 +7,11 @@ outputs (stacked by ``scan``, selected by ``cond``, concatenated by ``shard_map`
 the caller next to the function's outputs. That is all ``lox.spool`` needs.
 
 Higher-order primitives are re-bound with rewritten bodies through public APIs (``lax.scan``,
-``lax.switch``, ``lax.while_loop``, ``jax.checkpoint``, ``jax.custom_jvp``/``custom_vjp``,
-``jax.shard_map``), or, for ``jit`` and ``closed_call``, by binding the same primitive with the same
-params and a freshly traced jaxpr, which keeps donation, shardings, layouts and the name exactly.
+``jax.checkpoint``, ``jax.custom_jvp``/``custom_vjp``, ``jax.shard_map``), or by binding the same
+primitive with the same params and freshly traced jaxprs: ``jit`` and ``closed_call`` (keeps
+donation, shardings, layouts and the name exactly), ``while`` (a predicate vmap left batched is
+not a boolean scalar, which ``lax.while_loop`` would reject) and ``cond`` (traced by
+``lax.switch``, bound without the index clamp ``lax.switch`` adds, so no equation is added).
 Jaxprs are only read: JAX caches them, so mutating one would corrupt later, unrelated calls.
 """
 
