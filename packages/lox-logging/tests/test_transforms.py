@@ -287,6 +287,19 @@ def test_tap_in_checkpointed_scan_body_under_grad_and_vmap_fires_once_per_iterat
     assert sorted(got) == [[0.0], [0.0], [1.0], [2.0], [2.0], [4.0]]
 
 
+@pytest.mark.parametrize("policy", [None, jax.checkpoint_policies.everything_saveable])
+def test_tap_in_a_scan_inside_checkpoint_under_grad_fires_once_per_iteration(policy):
+    # A checkpoint around the tapped function, another inside its scan body: remat recomputes
+    # the whole scan, callbacks included; the forward copy must fire (a flag-based version once
+    # silenced both copies).
+    def f(x):
+        site = jax.checkpoint(lambda v: jnp.sin(lox.log({"v": v * x})["v"]), policy=policy)
+        return lax.scan(lambda c, v: (c + site(v), None), 0.0, jnp.arange(3.0))[0]
+
+    got = _tapped_values(lambda cb: jax.grad(jax.checkpoint(lox.tap(f, cb), policy=policy))(2.0))
+    assert got == [[0.0], [2.0], [4.0]]
+
+
 def test_spool_inside_checkpoint_under_grad_has_no_duplicates_and_right_gradient():
     f = lambda x: jax.checkpoint(lambda v: jnp.sin(lox.log({"v": v})["v"]))(x)
     (_, logs), g = jax.value_and_grad(lox.spool(f), has_aux=True)(1.0)

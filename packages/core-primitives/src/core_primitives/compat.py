@@ -324,11 +324,16 @@ def register_keep_alive(prim: Any) -> None:
     _pe.dce_rules[prim] = rule
 
 
-def register_no_recompute(prim: Any, *, mark: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+def register_no_recompute(
+    prim: Any, *, mark: Callable[[dict[str, Any]], dict[str, Any]] | None
+) -> None:
     """Under remat, a recomputed copy of ``prim`` gets ``mark(params)`` instead of ``params``.
 
     Remat's partial evaluation copies known equations into the backward pass to recompute them;
     for a site marker that copy must be told apart so transformations do not see it twice.
+    ``mark=None`` (for a primitive without outputs, such as a host callback): there is no copy,
+    the equation runs once, in the forward pass, whatever the checkpoint policy (JAX's own rule
+    for ``jax.debug.callback`` runs it in both passes).
     0.7.2 .. 0.12: ``partial_eval_jaxpr_custom_rules`` has the same signature throughout.
     """
 
@@ -341,6 +346,9 @@ def register_no_recompute(prim: Any, *, mark: Callable[[dict[str, Any]], dict[st
             # Depends on backward-pass values: it runs once, in the staged jaxpr.
             return None, eqn, [True] * n, [True] * n, res
         # Known: runs in the forward pass; the staged copy only re-creates the values.
+        if mark is None:
+            assert n == 0, f"{prim} has outputs: the backward pass would need a copy"
+            return eqn, None, [], [], []
         staged = eqn.replace(params=mark(dict(eqn.params)))
         return eqn, staged, [False] * n, [True] * n, res
 
@@ -356,7 +364,9 @@ def make_effect(name: str) -> Any:
     """A new unordered effect, allowed inside control flow, custom derivatives and remat.
 
     An effect keeps an equation alive through dead-code elimination and makes JAX treat the call
-    as side-effecting (which also disables the C++ fast dispatch path of ``jax.jit``).
+    as side-effecting (which also disables the C++ fast dispatch path of ``jax.jit``). Registered
+    where JAX registers its debug-callback effect, ``partial_eval_kept_effects`` included (an
+    equation with unknown operands and unused outputs stays in the staged jaxpr). 0.7.2 .. 0.12.
     """
     cls = type(name, (_effects.Effect,), {"__repr__": lambda self: name})
     for registry in (
@@ -364,6 +374,7 @@ def make_effect(name: str) -> Any:
         _effects.control_flow_allowed_effects,
         _effects.custom_derivatives_allowed_effects,
         _effects.remat_allowed_effects,
+        _effects.partial_eval_kept_effects,
     ):
         registry.add_type(cls)
     return cls()

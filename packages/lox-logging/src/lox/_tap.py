@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
 from . import _events
-from ._fresh import fresh
+from ._callback import host_callback
 from ._logdict import logdict, trusted
 from ._select import Filter, Selector
 from ._transform import LogInterpreter, cached
@@ -23,15 +23,15 @@ def _print(logs: Any) -> None:
 def _site_rule(callback: Callable[..., None], with_state: Callable[[], Any] | None):
     def rule(ctx: Any, eqn: Any, invals: list[Any]) -> list[Any]:
         event = _events.from_site(eqn.params, invals)
-        state = with_state() if with_state is not None else None
-        host = _host(callback, event, with_state is not None)
-        jax.debug.callback(host, *event.leaves(), state, fresh())
+        state, state_tree = jax.tree.flatten(with_state() if with_state is not None else None)
+        host = _host(callback, event, state_tree if with_state is not None else None)
+        host_callback(host, [*event.leaves(), *state])
         return invals  # consumed, as with spool
 
     return rule
 
 
-def _host(callback: Callable[..., None], event: _events.Event, stateful: bool) -> Callable:
+def _host(callback: Callable[..., None], event: _events.Event, state_tree: Any) -> Callable:
     """The host side of one site: a closure that does only what must happen per event.
 
     Everything a checked ``logdict(...)`` would verify (key, structure, steps, one event per
@@ -41,33 +41,33 @@ def _host(callback: Callable[..., None], event: _events.Event, stateful: bool) -
     """
     name, (treedef, step_keys, nbatch, _) = event.name, event.meta
     nv, ns, masked = len(event.values), len(event.steps), bool(event.mask)
+    n = len(event.leaves())  # the event's leaves, then (tap_with_state) the state's
 
     def one(leaves: Any) -> logdict:
         steps = {name: dict(zip(step_keys, leaves[nv : nv + ns]))}
         return trusted({name: treedef.unflatten(leaves[:nv])}, steps)
 
-    def host(*args: Any) -> None:
-        *leaves, state, first = args
-        # Through NumPy: a jax.Array's own truth test costs ~5 us, several times that here.
-        if not np.asarray(first):
-            return  # jax.checkpoint's recomputation in the backward pass
-        if nbatch == 0 and not stateful:
+    def host(*leaves: Any) -> None:
+        # Masks through NumPy: a jax.Array's own truth test costs ~5 us, more on this thread.
+        if nbatch == 0 and state_tree is None:
             if not (masked and not np.all(leaves[-1])):
                 callback(one(leaves))
             return
+        leaves, state = leaves[:n], leaves[n:]
         for index in _lanes(nbatch, leaves):
             lane = [x[index] for x in leaves] if index else leaves
             if masked and not np.all(lane[-1]):
                 continue  # a branch that vmap ran for every lane, not taken in this one
-            if stateful:
-                callback(jax.tree.map(lambda s, i=index: np.asarray(s)[i], state), one(lane))
+            if state_tree is not None:
+                lane_state = [np.asarray(s)[index] for s in state]
+                callback(state_tree.unflatten(lane_state), one(lane))
             else:
                 callback(one(lane))
 
     return host
 
 
-def _lanes(nbatch: int, leaves: list[Any]) -> Any:
+def _lanes(nbatch: int, leaves: Sequence[Any]) -> Any:
     """Indices of the lanes of ``nbatch`` leading batch axes; the callback sees one at a time."""
     shape = np.shape(leaves[0])[:nbatch] if leaves else ()
     return itertools.product(*map(range, shape))

@@ -1,0 +1,67 @@
+"""The host callback of a tapped site: ``jax.debug.callback`` that runs once under remat.
+
+``tap`` puts a callback where a site was. When that happens before differentiation
+(``grad(tap(f))``), remat copies the callback into the backward pass along with the forward
+computation it recomputes (the site is gone by then, so its ``lox_p`` no-recompute mark cannot
+help), and JAX deliberately runs a debug callback in both copies. ``lox_tap`` is a primitive of
+its own so that its remat rule can drop the copy: it lowers to exactly what
+``jax.debug.callback`` lowers to, but stays in the forward pass only.
+
+It replaces a flag operand that told the copy to do nothing on the host: every operand of a
+callback costs a device-to-host transfer per call, and the flag made a one-value site's callback
+about a quarter slower (benchmark 4 in ``benchmarks/lox``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from jax import lax
+
+from core_primitives import compat
+
+_effect = compat.make_effect("LoxTapEffect")
+
+tap_p = compat.Primitive("lox_tap")
+tap_p.multiple_results = True
+
+
+def _callback(*args: Any, host: Callable[..., None]) -> list[Any]:
+    jax.debug.callback(host, *args)
+    return []
+
+
+def _batch(args: Sequence[Any], dims: Sequence[int | None], *, host: Callable) -> Any:
+    # One call per lane, in lane order, as jax.debug.callback does under vmap.
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    for i in range(size):
+        lane = [
+            a if d is None else lax.index_in_dim(a, i, d, keepdims=False)
+            for a, d in zip(args, dims)
+        ]
+        tap_p.bind(*lane, host=host)
+    return [], []
+
+
+def _jvp(primals: Sequence[Any], tangents: Sequence[Any], *, host: Callable) -> Any:
+    return tap_p.bind(*primals, host=host), []
+
+
+tap_p.def_impl(_callback)  # eager: jax.debug.callback calls the host right away
+tap_p.def_effectful_abstract_eval(lambda *avals, host: ([], {_effect}))
+compat.register_lowering(tap_p, _callback, multiple_results=True)
+compat.register_batching(tap_p, _batch)
+compat.register_jvp(tap_p, _jvp)
+compat.register_transpose(tap_p, lambda cts, *args, host: [None] * len(args))
+compat.register_no_recompute(tap_p, mark=None)  # no copy in remat's backward pass
+
+
+def host_callback(host: Callable[..., None], leaves: Sequence[Any]) -> None:
+    """Call ``host(*leaves)`` on the host each time this point of the program executes.
+
+    Like ``jax.debug.callback(host, *leaves)`` (unordered; arrays only, no pytrees), except
+    that ``jax.checkpoint`` does not run it a second time while recomputing the forward pass.
+    """
+    tap_p.bind(*leaves, host=host)
