@@ -455,13 +455,17 @@ def rewrite_row(
         )
     med, spread = vs_trace[-1]
     ratios = " / ".join(f"{m:.2f}" for m, _ in vs_trace)
+    # Linear means: the rewrite grows like tracing itself. make_jaxpr's own time per equation
+    # drifts with size on this machine (see the reference row), so compare the ratio to it
+    # between the two largest sizes; the smallest is dominated by fixed per-call costs.
+    growth_vs_trace = vs_trace[-1][0] / vs_trace[-2][0]
     return Row(
         f"6. `{kind}` trace+rewrite vs `make_jaxpr` at {sizes[-1] // 1000}k eqns ({label})",
         med,
         spread,
-        "linear: us/eqn ~constant",
-        growth <= 1.5,
-        f"x make_jaxpr {ratios}; {detail}",
+        "linear: ratio to make_jaxpr grows <= 1.25x from the 2nd-largest to the largest size",
+        growth_vs_trace <= 1.25,
+        f"x make_jaxpr {ratios} (growth {growth_vs_trace:.2f}); {detail}",
     )
 
 
