@@ -114,6 +114,11 @@ def _python_at_least_312() -> str | None:
     return None
 
 
+def _uv() -> str:
+    # nox puts its uv on PATH only for sessions with a venv; `uv run nox` exports the running uv.
+    return os.environ.get("UV") or shutil.which("uv") or "uv"
+
+
 @nox.session(python=False)
 def integration_newest(session: nox.Session) -> None:
     """All tests against the newest JAX release (needs Python >= 3.12; skipped without one)."""
@@ -121,12 +126,12 @@ def integration_newest(session: nox.Session) -> None:
     if python is None:
         session.skip("no Python >= 3.12 interpreter on this machine: the newest JAX needs one")
     venv = ROOT / ".nox" / "integration_newest-venv"
-    session.run("uv", "venv", "--clear", "-q", "-p", python, str(venv), external=True)
+    session.run(_uv(), "venv", "--clear", "-q", "-p", python, str(venv), external=True)
     pyexe = str(venv / "bin" / "python")
     editable = [a for p in PACKAGES for a in ("-e", f"packages/{p}")]
     extras = sorted({x for xs in TEST_EXTRAS.values() for x in xs})
     session.run(
-        "uv",
+        _uv(),
         "pip",
         "install",
         "-q",
