@@ -5,6 +5,7 @@ import core_primitives
 EXPECTED = {
     "Context",
     "EmittedStructureError",
+    "HasChildLogicalAxes",
     "HasLogicalAxes",
     "Interpreter",
     "LogicalAxes",
@@ -16,6 +17,7 @@ EXPECTED = {
     "format_path",
     "format_problems",
     "got_expected",
+    "has_child_logical_axes",
     "has_logical_axes",
     "identity_primitive",
     "keypath_to_path",

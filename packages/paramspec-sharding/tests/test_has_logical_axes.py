@@ -123,3 +123,69 @@ def test_init_needs_param_specs(params, mesh):
         TypeError, match=r"net/l1/kernel: got FakeParam of shape \(8, 16\), expected a ParamSpec"
     ):
         ps.init(params, 0, mesh, RULES)
+
+
+# A container in the style of blox ``Params``: its pytree children are the arrays themselves, and
+# it reports each child's logical axes (core_primitives.HasChildLogicalAxes).
+class FlatParams:
+    def __init__(self, values, axes):
+        self.values, self.axes = dict(values), dict(axes)
+
+    def child_logical_axes(self):
+        return [FakeParam(self.values[k], (("logical_axes", self.axes[k]),)) for k in self.values]
+
+
+jax.tree_util.register_pytree_with_keys(
+    FlatParams,
+    lambda p: (
+        [(jax.tree_util.DictKey("/".join(k)), v) for k, v in p.values.items()],
+        tuple((k, p.axes[k]) for k in p.values),
+    ),
+    lambda aux, values: FlatParams(zip([k for k, _ in aux], values), dict(aux)),
+)
+
+
+@pytest.fixture
+def flat():
+    return FlatParams(
+        {("net", "kernel"): jnp.ones((8, 16)), ("net", "bias"): jnp.ones(16)},
+        {("net", "kernel"): ("embed", "mlp"), ("net", "bias"): ("mlp",)},
+    )
+
+
+def test_container_reporting_child_axes_is_sharded_per_child(flat, mesh):
+    from core_primitives import has_child_logical_axes
+
+    assert has_child_logical_axes(flat) and not has_logical_axes(flat)
+    out = ps.shardings({"model": flat}, mesh, RULES)
+    assert jax.tree.structure(out) == jax.tree.structure({"model": flat})
+    assert out["model"].values[("net", "kernel")].spec == PartitionSpec("model", "data")
+    placed = jax.device_put(flat, ps.shardings(flat, mesh, RULES))
+    kernel = placed.values[("net", "kernel")]
+    assert {s.data.shape for s in kernel.addressable_shards} == {(2, 8)}
+
+
+def test_container_abstract_and_errors_use_child_paths(flat, mesh):
+    target = ps.abstract(flat, mesh, RULES)
+    assert target.values[("net", "bias")].sharding.spec == PartitionSpec("data")
+    bad = FlatParams({("net", "w"): jnp.ones((8, 15))}, {("net", "w"): ("embed", "mlp")})
+    with pytest.raises(ps.ShardingError, match=r"net/w: dim 1 \(logical axis 'mlp'\) has size 15"):
+        ps.shardings(bad, mesh, RULES)
+
+
+def test_container_with_wrong_number_of_child_axes_says_so(flat, mesh):
+    class Short(FlatParams):
+        def child_logical_axes(self):
+            return super().child_logical_axes()[:1]
+
+    jax.tree_util.register_pytree_node(
+        Short,
+        lambda p: (list(p.values.values()), tuple((k, p.axes[k]) for k in p.values)),
+        lambda aux, values: Short(zip([k for k, _ in aux], values), dict(aux)),
+    )
+    short = Short(flat.values, flat.axes)
+    with pytest.raises(TypeError) as info:
+        ps.shardings(short, mesh, RULES)
+    text = str(info.value)
+    assert "Short at <root> reports logical axes for 1 children but has 2 pytree children" in text
+    assert "child_logical_axes() must give one entry per child, in flatten order" in text

@@ -21,8 +21,10 @@ from ._paths import format_path as format_path
 from ._paths import keypath_to_path as keypath_to_path
 from ._paths import tree_paths as tree_paths
 from ._primitive import identity_primitive as identity_primitive
+from ._protocols import HasChildLogicalAxes as HasChildLogicalAxes
 from ._protocols import HasLogicalAxes as HasLogicalAxes
 from ._protocols import LogicalAxes as LogicalAxes
+from ._protocols import has_child_logical_axes as has_child_logical_axes
 from ._protocols import has_logical_axes as has_logical_axes
 
 __version__ = "0.1.0"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 LogicalAxes = tuple[str | None, ...]
@@ -34,3 +35,27 @@ def has_logical_axes(x: Any) -> bool:
         False
     """
     return isinstance(x, HasLogicalAxes)
+
+
+@runtime_checkable
+class HasChildLogicalAxes(Protocol):
+    """A pytree node that knows the logical axes of each of its children.
+
+    For containers that keep per-parameter annotations in their static pytree data instead of in
+    a node per parameter (blox ``Params``: its children are the arrays themselves, so a jitted
+    call flattens it in one Python call). ``child_logical_axes()`` returns one
+    :class:`HasLogicalAxes` per pytree child, in flatten order; each child must be a single leaf
+    (an array or a ``jax.ShapeDtypeStruct``).
+    """
+
+    def child_logical_axes(self) -> Sequence[HasLogicalAxes]: ...
+
+
+def has_child_logical_axes(x: Any) -> bool:
+    """Whether ``x`` is a container that reports its children's logical axes.
+
+    Example:
+        >>> has_child_logical_axes({'w': 1.0})
+        False
+    """
+    return isinstance(x, HasChildLogicalAxes)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,17 +13,82 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding
 
-from core_primitives import format_path, format_problems, has_logical_axes, keypath_to_path
+from core_primitives import (
+    compat,
+    format_path,
+    format_problems,
+    has_child_logical_axes,
+    has_logical_axes,
+    keypath_to_path,
+)
 
 from ._rules import as_rules, check_mesh, raise_if_problems, resolve
 from ._spec import ParamSpec
 
 
-def _flatten(tree: Any) -> tuple[list[str], list[Any], Any]:
-    """Paths (``net/mlp/kernel``), leaves and treedef, stopping at logical-axis carriers."""
-    pairs, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=has_logical_axes)
-    paths = [format_path(_path_parts(kp)) or "<root>" for kp, _ in pairs]
-    return paths, [leaf for _, leaf in pairs], treedef
+class _Flat:
+    """A tree cut at its logical-axis carriers: their paths, the carriers, and how to rebuild.
+
+    A carrier is a leaf with ``.logical_axes`` (``ParamSpec``, or a node like a standalone blox
+    ``Param``), or a child of a container that reports its children's axes (blox ``Params``).
+    ``rebuild`` puts one value per carrier back in its place, with the tree's exact structure.
+    """
+
+    def __init__(self, tree: Any) -> None:
+        pairs, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_stops)
+        self._treedef: Any = treedef
+        self.paths: list[str] = []
+        self.carriers: list[Any] = []
+        # Per top-level leaf: None, or (treedef, number of children) for a container.
+        self._groups: list[tuple[Any, int] | None] = []
+        for keypath, leaf in pairs:
+            if has_child_logical_axes(leaf) and not has_logical_axes(leaf):
+                self._add_container(keypath, leaf)
+            else:
+                self.paths.append(_path_name(keypath))
+                self.carriers.append(leaf)
+                self._groups.append(None)
+
+    def _add_container(self, keypath: Any, container: Any) -> None:
+        children, child_def = jax.tree_util.tree_flatten_with_path(
+            container, is_leaf=lambda x: x is not container
+        )
+        axes = list(container.child_logical_axes())
+        if len(axes) != len(children):
+            raise TypeError(
+                f"{type(container).__name__} at {_path_name(keypath)} reports logical axes for "
+                f"{len(axes)} children but has {len(children)} pytree children; "
+                "child_logical_axes() must give one entry per child, in flatten order."
+            )
+        prefix = format_path(_path_parts(keypath))
+        for (child_path, _), carrier in zip(children, axes):
+            # The container's own keys name its children as they are ('net/l1/kernel' for
+            # Params), so they are shown unquoted, after the container's place in the tree.
+            name = "/".join(keypath_to_path(child_path))
+            self.paths.append(f"{prefix}/{name}" if prefix else name)
+            self.carriers.append(carrier)
+        self._groups.append((child_def, len(axes)))
+
+    def rebuild(self, values: list[Any], per_carrier: bool = True) -> Any:
+        out, i = [], 0
+        for group in self._groups:
+            if group is None:  # a carrier leaf or node: keep its own structure
+                carrier = self.carriers[i]
+                out.append(_per_carrier(carrier, values[i]) if per_carrier else values[i])
+                i += 1
+            else:  # a container: one value per child, in its own structure
+                child_def, n = group
+                out.append(child_def.unflatten(values[i : i + n]))
+                i += n
+        return self._treedef.unflatten(out)
+
+
+def _stops(x: Any) -> bool:
+    return has_logical_axes(x) or has_child_logical_axes(x)
+
+
+def _path_name(keypath: Any) -> str:
+    return format_path(_path_parts(keypath)) or "<root>"
 
 
 def _path_parts(keypath: Any) -> tuple[str, ...]:
@@ -118,10 +185,9 @@ def shardings(specs: Any, mesh: Any, rules: Any) -> Any:
         >>> tuple(ps.shardings(specs, mesh, ps.Rules({"embed": None, "mlp": "model"}))["w"].spec)
         (None, 'model')
     """
-    paths, leaves, treedef = _flatten(specs)
-    _check_carriers("shardings()", paths, leaves, need_spec=False)
-    out = _leaf_shardings("shardings()", paths, leaves, mesh, rules)
-    return treedef.unflatten([_per_carrier(c, s) for c, s in zip(leaves, out)])
+    flat = _Flat(specs)
+    _check_carriers("shardings()", flat.paths, flat.carriers, need_spec=False)
+    return flat.rebuild(_leaf_shardings("shardings()", flat.paths, flat.carriers, mesh, rules))
 
 
 def abstract(specs: Any, mesh: Any, rules: Any) -> Any:
@@ -150,14 +216,14 @@ def abstract(specs: Any, mesh: Any, rules: Any) -> Any:
         >>> out.shape, out.dtype, tuple(out.sharding.spec)
         ((16, 8), dtype('float32'), ('model', None))
     """
-    paths, leaves, treedef = _flatten(specs)
-    _check_carriers("abstract()", paths, leaves, need_spec=False)
-    out = _leaf_shardings("abstract()", paths, leaves, mesh, rules)
+    flat = _Flat(specs)
+    _check_carriers("abstract()", flat.paths, flat.carriers, need_spec=False)
+    out = _leaf_shardings("abstract()", flat.paths, flat.carriers, mesh, rules)
     structs = [
-        _per_carrier(c, jax.ShapeDtypeStruct(tuple(c.shape), c.dtype, sharding=s))
-        for c, s in zip(leaves, out)
+        jax.ShapeDtypeStruct(tuple(c.shape), c.dtype, sharding=s)
+        for c, s in zip(flat.carriers, out)
     ]
-    return treedef.unflatten(structs)
+    return flat.rebuild(structs)
 
 
 def init(specs: Any, key: Any, mesh: Any, rules: Any) -> Any:
@@ -193,11 +259,12 @@ def init(specs: Any, key: Any, mesh: Any, rules: Any) -> Any:
         ((16, 8), ('model', None), (2, 8))
     """
     key = _as_key(key)
-    paths, leaves, treedef = _flatten(specs)
+    flat = _Flat(specs)
+    paths, leaves = flat.paths, flat.carriers
     _check_carriers("init()", paths, leaves, need_spec=True)
     out = _leaf_shardings("init()", paths, leaves, mesh, rules)
     program = _init_program(tuple(paths), tuple(leaves), tuple(out))
-    return treedef.unflatten(program(key))
+    return flat.rebuild(program(key), per_carrier=False)
 
 
 def _as_key(key: Any) -> Any:
@@ -227,8 +294,11 @@ def path_seed(path: str) -> tuple[int, int]:
 
 def leaf_key(key: Any, path: str) -> Any:
     """The key ``init`` gives the parameter at ``path``."""
-    hi, lo = path_seed(path)
-    return jax.random.fold_in(jax.random.fold_in(key, hi), lo)
+    return _fold_in_seed(key, np.array(path_seed(path), dtype=np.uint32))
+
+
+def _fold_in_seed(key: Any, seed: Any) -> Any:
+    return jax.random.fold_in(jax.random.fold_in(key, seed[0]), seed[1])
 
 
 def _init_program(
@@ -250,10 +320,55 @@ def _cached_program(
 
 
 def _build_program(paths: Sequence[str], specs: Sequence[ParamSpec], out: Sequence[Any]) -> Any:
-    def create(key: Any) -> list[jax.Array]:
-        return [_create_leaf(p, s, leaf_key(key, p)) for p, s in zip(paths, specs)]
+    seeds = np.array([path_seed(p) for p in paths], dtype=np.uint32).reshape(len(paths), 2)
 
-    return jax.jit(create, out_shardings=list(out))
+    def create(key: Any) -> list[jax.Array]:
+        # All leaf keys in one vectorised op (the same keys as leaf_key): XLA:CPU compiles every
+        # separate op into its own kernel, and each kernel keeps ~1-3 MB of host memory for as
+        # long as the program lives, which for 2 tiny fold_ins per leaf was most of the program.
+        keys = jax.vmap(lambda s: _fold_in_seed(key, s))(seeds)
+        # Computed once, not fused (duplicated) into every leaf's kernel.
+        keys = jax.lax.optimization_barrier(keys)
+        return [_create_leaf(p, s, keys[i]) for i, (p, s) in enumerate(zip(paths, specs))]
+
+    return _InitProgram(jax.jit(create, out_shardings=list(out)))
+
+
+class _InitProgram:
+    """The jitted init, compiled ahead of its first run so host memory can be tidied in between.
+
+    On CPU the parameters live in host memory, so what the compiler leaves behind counts against
+    them (benchmarks/paramspec):
+    - JAX's default CPU lowering of threefry is a rolled loop whose carry needs about 3x each
+      array's bytes of temporaries; the unrolled lowering gives the same bits with none.
+    - The compiler frees hundreds of MB of scratch that glibc keeps mapped; handing it back to the
+      OS before the parameters are allocated keeps the peak at the parameters plus the program.
+    """
+
+    def __init__(self, jitted: Any) -> None:
+        self._jitted = jitted
+        self._compiled: dict[Any, Any] = {}
+
+    def __call__(self, key: Any) -> list[jax.Array]:
+        aval = (getattr(key, "dtype", None), np.shape(key))
+        compiled = self._compiled.get(aval)
+        if compiled is None:
+            with compat.unrolled_threefry_on_cpu():
+                compiled = self._jitted.lower(key).compile()
+            _release_free_heap()
+            self._compiled[aval] = compiled
+        return compiled(key)  # type: ignore[no-any-return]
+
+
+def _release_free_heap() -> None:
+    """Return freed heap memory to the OS (glibc keeps it mapped); a no-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        trim = ctypes.CDLL(None).malloc_trim  # glibc only: musl and others lack it
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 def _create_leaf(path: str, spec: ParamSpec, key: Any) -> jax.Array:
