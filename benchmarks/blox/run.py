@@ -101,20 +101,18 @@ def lstm_init_jaxpr_sizes() -> tuple[int, int]:
 
 
 NOTES = """
-Why flatten + unflatten stays above 2x a dict: a `Params` of n arrays is n + 1 pytree nodes (each
-`Param` is a node, so that `is_leaf=lambda x: isinstance(x, bx.Param)` and paramspec can stop at
-it), while the dict is one node that JAX flattens and rebuilds entirely in C++. Rebuilding a
-`Param` must create a Python object, and JAX can only do that through a Python callback: about
-100 ns per parameter for the call plus one object, against about 150 ns per array for the whole
-dict round trip. At 2,000 parameters the garbage collector adds its share, since each round trip
-allocates 2,000 tracked objects and the dict none. Measured alternatives: JAX's C++ dataclass
-path (it rebuilds by calling the class with keyword arguments), a namedtuple-style `Param`, a
-`Param` storing `((value,), aux)` whole, and a C-level `attrgetter` flatten keeping the children
-tuple: the last gave flatten + unflatten 2.2x at 200 arrays but made jitted dispatch at 2,000
-arrays worse (1.26-1.34 against 1.15-1.24, three interleaved runs each), so it was reverted.
-The way under 2x is structural: `Params` flattening straight to its arrays with each `Param`'s
-flags and metadata in the aux data (one Python call per `Params`, not per parameter), which
-needs paramspec to read logical axes from the `Params` rather than stop at each `Param`.
+Why `Params` is faster than a dict here: a `Params` is one pytree node whose children are the
+arrays themselves. Its static part (paths, each parameter's `trainable` flag and metadata, the
+lock flag) is one aux object whose hash is computed once, so flatten hands JAX a tuple it already
+holds and unflatten stores the tuple it gets back: one Python call each way, whatever the number
+of parameters. JAX flattens a dict in C++ but sorts its keys every time, and rebuilds it key by
+key. `Param` objects are made only when a parameter is read (`params[path]`, `params.items()`).
+
+Until session 3 each `Param` was its own pytree node (so that `is_leaf=isinstance(x, Param)` and
+paramspec could stop at it): flatten + unflatten was 2.21x a dict at 200 arrays and 2.26x at
+2,000, and dispatch 1.14x and 1.15-1.24x, because JAX can rebuild a Python object only through a
+callback, one per parameter. paramspec now reads the logical axes of every child from the `Params`
+(`core_primitives.HasChildLogicalAxes`), and `params.map(fn)` replaces the `is_leaf` idiom.
 """
 
 

@@ -23,18 +23,38 @@ def _params() -> bx.Params:
 
 def test_key_paths_are_readable():
     keys = [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_leaves_with_path(_params())]
-    assert keys == [
-        "['net/l1/kernel'].value",
-        "['net/rng/counter'].value",
-        "['net/l1/bias'].value",
-    ]
+    assert keys == ["['net/l1/kernel']", "['net/rng/counter']", "['net/l1/bias']"]
 
 
-def test_children_are_param_nodes():
+def test_children_are_the_values_and_flags_are_static():
     params = _params()
-    nodes = jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, bx.Param))
-    assert all(isinstance(n, bx.Param) for n in nodes)
-    assert len(jax.tree.leaves(params)) == 3
+    leaves, treedef = jax.tree.flatten(params)
+    assert [leaf.shape for leaf in leaves] == [(2, 3), (), (3,)]
+    assert all(isinstance(leaf, jax.Array) for leaf in leaves)
+    # Flags and metadata are part of the structure: changing one changes the treedef.
+    frozen = params._with(
+        ("net", "l1", "bias"), params[("net", "l1", "bias")].replace(trainable=False)
+    )
+    assert jax.tree.structure(frozen) != treedef
+    assert jax.tree.structure(jax.tree.map(lambda x: x * 2, params)) == treedef
+
+
+def test_a_param_on_its_own_is_a_pytree_node():
+    param = bx.Param(jnp.ones(2), trainable=False, metadata={"logical_axes": ("a",)})
+    doubled = jax.tree.map(lambda x: x * 2, param)
+    assert doubled.trainable is False and doubled.metadata == {"logical_axes": ("a",)}
+    np.testing.assert_array_equal(doubled.value, [2.0, 2.0])
+    paths = [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_leaves_with_path(param)]
+    assert paths == [".value"]
+
+
+def test_map_computes_per_param_with_flags_and_metadata():
+    params = _params()
+    axes = params.map(lambda p: p.logical_axes)
+    assert axes[("net", "l1", "kernel")].value == ("a", "b")
+    mask = params.locked().map(lambda p: p.trainable)
+    assert mask.is_locked and jax.tree.structure(mask) == jax.tree.structure(params.locked())
+    assert jax.tree.leaves(mask) == [True, False, True]
 
 
 def test_tree_map_keeps_flags_and_metadata():
@@ -63,7 +83,7 @@ def test_mapping_interface():
     assert path in params and ("nope",) not in params
     assert params.get(("nope",)) is None
     assert next(iter(params.keys())) == path
-    assert dict(params.items())[path] is params[path]
+    assert dict(params.items())[path].value is params[path].value
 
 
 def test_missing_path_suggests_near_matches():
@@ -126,8 +146,8 @@ def test_param_satisfies_logical_axes_protocol():
     assert param.logical_axes == ("a", "b") and param.shape == (2, 3)
     assert param.dtype == jnp.float32
     assert _params()[("net", "l1", "bias")].logical_axes is None
-    shardings = jax.tree.map(lambda p: p.logical_axes, _params(), is_leaf=has_logical_axes)
-    assert shardings[("net", "l1", "kernel")] == ("a", "b")
+    for _, param in _params().items():
+        assert has_logical_axes(param)
 
 
 def test_metadata_must_be_hashable():

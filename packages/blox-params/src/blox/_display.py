@@ -9,7 +9,7 @@ import numpy as np
 
 from core_primitives import format_path
 
-from ._params import Param, Params, _short
+from ._params import Params, _short
 
 
 def _size_bytes(value: Any) -> tuple[int, int]:
@@ -56,8 +56,7 @@ def summary(params: Params) -> str:
     rows: dict[tuple[str, ...], list[tuple[str, str, int, int, bool]]] = {}
     totals = [0, 0, 0, 0, 0, 0]  # arrays, values, bytes; then the trainable ones
     for path, entry in params.items():
-        value = entry.value if isinstance(entry, Param) else entry
-        trainable = getattr(entry, "trainable", True)
+        value, trainable = entry.value, entry.trainable
         count, nbytes = _size_bytes(value)
         rows.setdefault(path[:-1], []).append((path[-1], _short(value), count, nbytes, trainable))
         for i, v in enumerate((1, count, nbytes) * (2 if trainable else 1)):

@@ -126,7 +126,7 @@ class Module:
         path = (*self.graph.path, name)
         entry = params.get(path)
         if entry is not None:
-            value = entry.value if isinstance(entry, Param) else entry
+            value = entry.value
             self._check(path, value, shape, dtype)
             return value, params
         return self._create(params, path, shape, init, dtype, trainable, metadata, rng)
@@ -159,10 +159,9 @@ class Module:
                 "set_param only updates; create it first with get_param(params, name, shape, "
                 f"init).{did_you_mean(name, self._own_names(params))}"
             )
-        old = entry.value if isinstance(entry, Param) else entry
+        old = entry.value
         self._check(path, value, _shape(old), _dtype(old), verb="set_param got")
-        new = entry.replace(value=value) if isinstance(entry, Param) else value
-        return params._with(path, new)
+        return params._with(path, entry.replace(value=value))
 
     # -- helpers ---------------------------------------------------------------------------------
 

@@ -1,9 +1,10 @@
 """``Param`` (one value with its flags) and ``Params`` (the flat, immutable container of all state).
 
 Speed matters here: every jitted call flattens the ``Params`` it gets and unflattens the one it
-returns. So ``Params`` keeps its entries as a tuple (flattening hands it over as is), its structure
-in a shared ``_Structure`` whose hash is computed once, and ``Param`` is registered with JAX's
-C++ dataclass fast path instead of Python flatten callbacks.
+returns. So ``Params`` keeps its values as one tuple that flattening hands over as is, and
+everything static (paths, each entry's flags and metadata, the lock flag) in a shared
+``_Structure`` whose hash is computed once. A ``Param`` is a view made on access; inside a
+``Params`` it is not a pytree node, so a round trip costs one Python call, not one per parameter.
 """
 
 from __future__ import annotations
@@ -247,21 +248,29 @@ jax.tree_util.register_pytree_with_keys(
 
 
 class _Structure:
-    """The static part of ``Params``: ordered paths and the lock flag, hashed once.
+    """The static part of ``Params``: ordered paths, each entry's flags, and the lock flag.
 
-    JAX hashes and compares this on every jitted call (it is the pytree aux data), so ``__hash__``
-    is cached and ``__eq__`` starts with an identity check. ``ranks`` give each path its place in
-    the creation order, so that ``merge`` after ``split`` restores the original order and the
-    treedef (no re-trace); they do not take part in equality.
+    It is the pytree aux data of ``Params``, so JAX hashes and compares it on every jitted call:
+    ``__hash__`` is computed once and ``__eq__`` starts with an identity check (the per-entry
+    ``_Aux`` objects are interned, so comparing them is pointer comparison in C). ``ranks`` give
+    each path its place in the creation order, so that ``merge`` after ``split`` restores the
+    original order and the treedef (no re-trace); they do not take part in equality.
     """
 
-    __slots__ = ("_hash", "_index", "_keys", "locked", "paths", "ranks")
+    __slots__ = ("_hash", "_index", "_keys", "auxes", "locked", "paths", "ranks")
 
-    def __init__(self, paths: tuple[Path, ...], ranks: tuple[int, ...], locked: bool) -> None:
+    def __init__(
+        self,
+        paths: tuple[Path, ...],
+        auxes: tuple[_Aux, ...],
+        ranks: tuple[int, ...],
+        locked: bool,
+    ) -> None:
         self.paths = paths
+        self.auxes = auxes
         self.ranks = ranks
         self.locked = locked
-        self._hash = hash((paths, locked))
+        self._hash = hash((paths, auxes, locked))
         self._index: dict[Path, int] | None = None
         self._keys: tuple[Any, ...] | None = None
 
@@ -277,17 +286,26 @@ class _Structure:
             self._keys = tuple(jax.tree_util.DictKey(format_path(p)) for p in self.paths)
         return self._keys
 
-    def with_locked(self, locked: bool) -> _Structure:
-        if locked == self.locked:
-            return self
-        new = _Structure(self.paths, self.ranks, locked)
+    def _derived(self, auxes: tuple[_Aux, ...], locked: bool) -> _Structure:
+        # Same paths: the index and key paths carry over.
+        new = _Structure(self.paths, auxes, self.ranks, locked)
         new._index, new._keys = self._index, self._keys
         return new
 
-    def appended(self, path: Path) -> _Structure:
+    def with_locked(self, locked: bool) -> _Structure:
+        return self if locked == self.locked else self._derived(self.auxes, locked)
+
+    def with_aux(self, i: int, aux: _Aux) -> _Structure:
+        if self.auxes[i] is aux:
+            return self
+        return self._derived((*self.auxes[:i], aux, *self.auxes[i + 1 :]), self.locked)
+
+    def appended(self, path: Path, aux: _Aux) -> _Structure:
         # A process-wide counter: params created later sort later, even across two Params that
         # were built separately and merged afterwards (no interleaving by per-container index).
-        new = _Structure((*self.paths, path), (*self.ranks, next(_RANKS)), self.locked)
+        new = _Structure(
+            (*self.paths, path), (*self.auxes, aux), (*self.ranks, next(_RANKS)), self.locked
+        )
         if self._index is not None:
             new._index = {**self._index, path: len(self.paths)}
         return new
@@ -303,13 +321,14 @@ class _Structure:
             and self._hash == other._hash
             and self.locked == other.locked
             and self.paths == other.paths
+            and self.auxes == other.auxes
         )
 
     def __repr__(self) -> str:
         return f"<{len(self.paths)} paths, locked={self.locked}>"
 
 
-_EMPTY = _Structure((), (), False)
+_EMPTY = _Structure((), (), (), False)
 _RANKS = itertools.count()
 
 
@@ -331,8 +350,10 @@ class Params(Mapping[Path, Param]):
     """The flat, immutable container of all model state, keyed by tuple paths.
 
     A ``Mapping`` from paths such as ``('net', 'l1', 'kernel')`` to ``Param``. Every update returns
-    a new ``Params``; nothing mutates in place. A pytree whose children are the ``Param`` nodes,
-    with key paths that read ``['net/l1/kernel'].value``.
+    a new ``Params``; nothing mutates in place. As a pytree its children are the values themselves
+    (the arrays), with key paths that read ``['net/l1/kernel']``; each ``Param``'s ``trainable``
+    flag and metadata are static aux data, so ``jax.tree.map`` keeps them. Use :meth:`map` to
+    compute something per ``Param`` (shardings, optimizer masks).
 
     Args:
         entries: optional initial entries, ``path -> Param`` (plain values become trainable
@@ -344,28 +365,35 @@ class Params(Mapping[Path, Param]):
         >>> params[('net', 'w')]
         Param(f32[2], trainable=True)
         >>> [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_leaves_with_path(params)]
-        ["['net/w'].value"]
+        ["['net/w']"]
     """
 
-    __slots__ = ("_entries", "_struct")
+    # Flattening hands ``_values`` to JAX as is and unflattening stores the tuple it gets back: one
+    # Python call per Params for each, none per parameter (about as fast as a dict of arrays,
+    # which JAX flattens in C++). ``Param`` objects are made on access.
+    __slots__ = ("_struct", "_values")
 
     _struct: _Structure
-    _entries: tuple[Any, ...]
+    _values: tuple[Any, ...]
 
     def __init__(self, entries: Mapping[Path, Any] | None = None) -> None:
         struct, values = _EMPTY, []
         for path, entry in (entries or {}).items():
             path = _check_path(path)
-            struct = struct.appended(path)
-            values.append(entry if isinstance(entry, Param) else Param(entry))
+            if isinstance(entry, Param):
+                value, aux = entry._value, entry._aux
+            else:
+                value, aux = entry, _DEFAULT_AUX
+            struct = struct.appended(path, aux)
+            values.append(value)
         self._struct = struct
-        self._entries = tuple(values)
+        self._values = tuple(values)
 
     @classmethod
-    def _make(cls, struct: _Structure, entries: tuple[Any, ...]) -> Params:
-        new = object.__new__(cls)
+    def _make(cls, struct: _Structure, values: tuple[Any, ...]) -> Params:
+        new = _new(cls)
         new._struct = struct
-        new._entries = entries
+        new._values = values
         return new
 
     # -- Mapping -------------------------------------------------------------------------------
@@ -374,7 +402,7 @@ class Params(Mapping[Path, Param]):
         i = self._struct.index.get(path)
         if i is None:
             raise MissingParamError(self._missing_message(_check_path(path)))
-        return self._entries[i]
+        return _param_unflatten(self._struct.auxes[i], (self._values[i],))
 
     def _missing_message(self, path: Path) -> str:
         shown = [format_path(p) for p in self._struct.paths]
@@ -390,7 +418,9 @@ class Params(Mapping[Path, Param]):
 
     def get(self, path: Path, default: Any = None) -> Any:  # type: ignore[override]
         i = self._struct.index.get(path)
-        return default if i is None else self._entries[i]
+        if i is None:
+            return default
+        return _param_unflatten(self._struct.auxes[i], (self._values[i],))
 
     def __contains__(self, path: object) -> bool:
         return path in self._struct.index
@@ -399,7 +429,21 @@ class Params(Mapping[Path, Param]):
         return iter(self._struct.paths)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._values)
+
+    def _params(self) -> Iterator[tuple[Path, Param]]:
+        s = self._struct
+        for path, aux, value in zip(s.paths, s.auxes, self._values):
+            yield path, _param_unflatten(aux, (value,))
+
+    def child_logical_axes(self) -> tuple[Param, ...]:
+        """One ``Param`` per pytree child, in flatten order (``core_primitives.HasChildLogicalAxes``).
+
+        This is how paramspec reads the ``logical_axes`` metadata of every parameter without
+        importing blox: ``paramspec.shardings(params, mesh, rules)`` gives a ``Params`` of
+        ``NamedSharding`` with the same structure.
+        """
+        return tuple(param for _, param in self._params())
 
     # Identity: two Params are "equal" only when they are the same object. Element-wise equality
     # of arrays has no single truth value, and treedef comparison uses the structure, not this.
@@ -423,7 +467,7 @@ class Params(Mapping[Path, Param]):
             >>> Params().locked().is_locked
             True
         """
-        return Params._make(self._struct.with_locked(True), self._entries)
+        return Params._make(self._struct.with_locked(True), self._values)
 
     def unlocked(self) -> Params:
         """A copy in which modules may create parameters again.
@@ -432,18 +476,36 @@ class Params(Mapping[Path, Param]):
             >>> Params().locked().unlocked().is_locked
             False
         """
-        return Params._make(self._struct.with_locked(False), self._entries)
+        return Params._make(self._struct.with_locked(False), self._values)
 
     # -- updates -------------------------------------------------------------------------------
 
-    def _with(self, path: Path, entry: Any) -> Params:
+    def _with(self, path: Path, entry: Param) -> Params:
         """A copy with ``path`` set to ``entry`` (added at the end when new)."""
         i = self._struct.index.get(path)
         if i is None:
-            return Params._make(self._struct.appended(path), (*self._entries, entry))
-        entries = list(self._entries)
-        entries[i] = entry
-        return Params._make(self._struct, tuple(entries))
+            return Params._make(
+                self._struct.appended(path, entry._aux), (*self._values, entry._value)
+            )
+        values = list(self._values)
+        values[i] = entry._value
+        return Params._make(self._struct.with_aux(i, entry._aux), tuple(values))
+
+    def map(self, fn: Callable[[Param], Any]) -> Params:
+        """``fn(param)`` in place of every value, keeping paths, flags, metadata and lock state.
+
+        For anything computed per parameter from its flags or metadata: shardings from logical
+        axes, optimizer masks from ``trainable``. The result has the same pytree structure as
+        ``self``, so it can be passed as ``out_shardings`` or as an optax mask.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> params = Params({('w',): Param(jnp.ones(2)), ('n',): Param(0, trainable=False)})
+            >>> mask = params.map(lambda p: p.trainable)
+            >>> mask[('w',)].value, mask[('n',)].value
+            (True, False)
+        """
+        return Params._make(self._struct, tuple(fn(p) for _, p in self._params()))
 
     def split(self, pred: Callable[[Path, Param], bool] | None = None) -> tuple[Params, Params]:
         """Partition into ``(selected, rest)``; both keep the lock state and creation order.
@@ -466,18 +528,22 @@ class Params(Mapping[Path, Param]):
         """
         if pred is None:
             pred = _is_trainable
-        s = self._struct
-        picked = [pred(p, e) for p, e in zip(s.paths, self._entries)]
+        picked = [bool(pred(path, param)) for path, param in self._params()]
         return self._subset(picked, True), self._subset(picked, False)
 
     def _subset(self, picked: list[bool], keep: bool) -> Params:
         s = self._struct
         rows = [
-            (p, r, e) for p, r, e, k in zip(s.paths, s.ranks, self._entries, picked) if k is keep
+            row for row, k in zip(zip(s.paths, s.auxes, s.ranks, self._values), picked) if k is keep
         ]
         return Params._make(
-            _Structure(tuple(r[0] for r in rows), tuple(r[1] for r in rows), s.locked),
-            tuple(r[2] for r in rows),
+            _Structure(
+                tuple(r[0] for r in rows),
+                tuple(r[1] for r in rows),
+                tuple(r[2] for r in rows),
+                s.locked,
+            ),
+            tuple(r[3] for r in rows),
         )
 
     def merge(self, other: Params) -> Params:
@@ -498,42 +564,50 @@ class Params(Mapping[Path, Param]):
                 "Wrap a dict first: Params({('net', 'w'): value})."
             )
         a, b = self._struct, other._struct
-        rows: dict[Path, tuple[int, Any]] = {}
-        for s, entries in ((a, self._entries), (b, other._entries)):
-            for p, r, e in zip(s.paths, s.ranks, entries):
-                rows[p] = (r if p not in rows else rows[p][0], e)
+        rows: dict[Path, tuple[int, _Aux, Any]] = {}
+        for s, values in ((a, self._values), (b, other._values)):
+            for p, aux, r, v in zip(s.paths, s.auxes, s.ranks, values):
+                rows[p] = (r if p not in rows else rows[p][0], aux, v)
         ordered = sorted(rows.items(), key=lambda kv: (kv[1][0], kv[0]))
         struct = _Structure(
-            tuple(p for p, _ in ordered), tuple(r for _, (r, _) in ordered), a.locked or b.locked
+            tuple(p for p, _ in ordered),
+            tuple(aux for _, (_, aux, _) in ordered),
+            tuple(r for _, (r, _, _) in ordered),
+            a.locked or b.locked,
         )
         if struct == a:  # keep the shared structure (and its cached index) when nothing moved
             struct = a
-        return Params._make(struct, tuple(e for _, (_, e) in ordered))
+        return Params._make(struct, tuple(v for _, (_, _, v) in ordered))
 
     def __repr__(self) -> str:
         lock = ", locked" if self.is_locked else ""
         body = ", ".join(
-            f"{format_path(p)}: {_short(getattr(e, 'value', e))}"
-            for p, e in zip(self._struct.paths[:6], self._entries)
+            f"{format_path(p)}: {_short(v)}" for p, v in zip(self._struct.paths[:6], self._values)
         )
         more = f", ... ({len(self) - 6} more)" if len(self) > 6 else ""
         return f"Params({{{body}{more}}}{lock})"
 
 
-def _is_trainable(path: Path, entry: Any) -> bool:
-    return bool(getattr(entry, "trainable", True))
+_DEFAULT_AUX = _Aux.get(True, _NO_METADATA)
+
+
+def _is_trainable(path: Path, param: Param) -> bool:
+    return param.trainable
 
 
 def _flatten(params: Params) -> tuple[tuple[Any, ...], _Structure]:
-    return params._entries, params._struct
+    return params._values, params._struct
 
 
 def _flatten_with_keys(params: Params) -> tuple[list[tuple[Any, Any]], _Structure]:
-    return list(zip(params._struct.keys, params._entries)), params._struct
+    return list(zip(params._struct.keys, params._values)), params._struct
 
 
-def _unflatten(struct: _Structure, entries: Any) -> Params:
-    return Params._make(struct, tuple(entries))
+def _unflatten(struct: _Structure, values: Any) -> Params:
+    new = _new(Params)
+    new._struct = struct
+    new._values = values if type(values) is tuple else tuple(values)
+    return new
 
 
 jax.tree_util.register_pytree_with_keys(Params, _flatten_with_keys, _unflatten, _flatten)

@@ -14,7 +14,7 @@ from core_primitives import format_path
 from ._errors import RngError
 from ._graph import Graph
 from ._module import Module
-from ._params import Param, Params
+from ._params import Params
 
 Seed = Any  # int, numpy integer, integer array (traced too), or a typed PRNG key
 
@@ -85,7 +85,7 @@ class Rng(Module):
         counter = jnp.zeros((), jnp.uint32)
         if self._seed_path in params:
             old = params[self._seed_path]
-            if isinstance(old, Param) and old.metadata.get("rng_impl", impl) != impl:
+            if old.metadata.get("rng_impl", impl) != impl:
                 raise RngError(
                     f"Rng {format_path(self.path)}.seed: these params hold a "
                     f"{old.metadata['rng_impl']} key, got a {impl} key. Use keys of one "
