@@ -103,6 +103,14 @@ def test_init_program_needs_no_rng_temporaries(mesh):
     assert analysis.temp_size_in_bytes < 0.05 * analysis.output_size_in_bytes
 
 
+def test_init_works_inside_jit_and_eval_shape(mesh):
+    expected = init(specs(), 5, mesh, RULES)
+    inside = jax.jit(lambda k: init(specs(), k, mesh, RULES))(jax.random.key(5))
+    np.testing.assert_array_equal(inside["mlp"]["w"], expected["mlp"]["w"])
+    shapes = jax.eval_shape(lambda k: init(specs(), k, mesh, RULES), jax.random.key(5))
+    assert shapes["heads"].shape == (8, 3) and shapes["heads"].dtype == jnp.bfloat16
+
+
 def test_abstract_gives_restore_targets(mesh):
     out = abstract(specs(), mesh, RULES)
     w = out["mlp"]["w"]

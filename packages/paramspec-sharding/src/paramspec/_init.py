@@ -350,6 +350,8 @@ class _InitProgram:
         self._compiled: dict[Any, Any] = {}
 
     def __call__(self, key: Any) -> list[jax.Array]:
+        if isinstance(key, jax.core.Tracer):  # inside jit/eval_shape: nest like any jitted call
+            return self._jitted(key)  # type: ignore[no-any-return]
         aval = (getattr(key, "dtype", None), np.shape(key))
         compiled = self._compiled.get(aval)
         if compiled is None:
