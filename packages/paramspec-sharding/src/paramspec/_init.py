@@ -292,12 +292,8 @@ def path_seed(path: str) -> tuple[int, int]:
     return tuple(int.from_bytes(digest[i : i + 4], "little") & 0x7FFFFFFF for i in (0, 4))  # type: ignore[return-value]
 
 
-def leaf_key(key: Any, path: str) -> Any:
-    """The key ``init`` gives the parameter at ``path``."""
-    return _fold_in_seed(key, np.array(path_seed(path), dtype=np.uint32))
-
-
 def _fold_in_seed(key: Any, seed: Any) -> Any:
+    """The key ``init`` gives the parameter whose ``path_seed`` is ``seed``."""
     return jax.random.fold_in(jax.random.fold_in(key, seed[0]), seed[1])
 
 
@@ -323,12 +319,10 @@ def _build_program(paths: Sequence[str], specs: Sequence[ParamSpec], out: Sequen
     seeds = np.array([path_seed(p) for p in paths], dtype=np.uint32).reshape(len(paths), 2)
 
     def create(key: Any) -> list[jax.Array]:
-        # All leaf keys in one vectorised op (the same keys as leaf_key): XLA:CPU compiles every
-        # separate op into its own kernel, and each kernel keeps ~1-3 MB of host memory for as
-        # long as the program lives, which for 2 tiny fold_ins per leaf was most of the program.
-        keys = jax.vmap(lambda s: _fold_in_seed(key, s))(seeds)
-        # Computed once, not fused (duplicated) into every leaf's kernel.
-        keys = jax.lax.optimization_barrier(keys)
+        # All leaf keys in one vectorised op, kept out of the leaves' kernels by the barrier.
+        # Otherwise XLA fuses (copies) the two fold_ins into every leaf's kernel, doubling its
+        # code, and on CPU each kernel's code stays in host memory while the program is cached.
+        keys = jax.lax.optimization_barrier(jax.vmap(lambda s: _fold_in_seed(key, s))(seeds))
         return [_create_leaf(p, s, keys[i]) for i, (p, s) in enumerate(zip(paths, specs))]
 
     return _InitProgram(jax.jit(create, out_shardings=list(out)))
