@@ -220,11 +220,16 @@ def _check_wheel(session: nox.Session, pkg: str, dist: Path, tmp: Path) -> None:
     session.run("uv", "venv", "--clear", "-q", "-p", sys.executable, str(venv), external=True)
     py = str(venv / "bin" / "python")
     (wheel,) = dist.glob(f"{pkg.replace('-', '_')}-*.whl")
-    install = ["uv", "pip", "install", "-q", "-p", py, "--find-links", str(dist)]
+    # uv caches a --find-links wheel by its file name and never re-reads it, so a rebuilt wheel of
+    # an unchanged version (always the case here) would install the copy cached by an earlier run.
+    # Refreshing our own packages makes every install read the wheels this session just built.
+    refresh = [arg for name in PACKAGES for arg in ("--refresh-package", name)]
+    install = ["uv", "pip", "install", "-q", "-p", py, "--find-links", str(dist), *refresh]
     session.run(*install, str(wheel), external=True)
     if pkg == "core-primitives":
         session.run(py, str(ROOT / ".ci" / "check_core_deps.py"), external=True)
     session.run(*install, *TEST_EXTRAS[pkg], *TEST_TOOLS, external=True)
+    session.run(py, str(ROOT / ".ci" / "check_installed_wheels.py"), str(dist), external=True)
     # Run the tests from a copy outside the source tree so only the installed wheel is importable.
     tests = tmp / f"tests-{pkg}"
     shutil.rmtree(tests, ignore_errors=True)
