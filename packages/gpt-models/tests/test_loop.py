@@ -31,13 +31,34 @@ class _SignalOnStart(io.StringIO):
         return super().write(text)
 
 
-def test_sigint_finishes_the_step_saves_and_the_run_resumes(tmp_path):
+@pytest.fixture
+def handlers():
+    """Start from Python's usual handlers whatever the launcher set (a background job ignores
+    SIGINT), and put the launcher's back afterwards."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    for s, h in saved.items():
+        signal.signal(s, h)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_finishes_the_step_saves_and_the_run_resumes(tmp_path, handlers, signum):
     cfg = small_config(train={"checkpoint_every": 0}, mesh={"data": -1}, log={"every": 1})
     run = tmp_path / "run"
     with pytest.raises(Interrupted) as stop:
-        train(cfg, run, stream=_SignalOnStart(signal.SIGINT), write_sample=False)
-    assert stop.value.signum == signal.SIGINT and stop.value.step == 1
+        train(cfg, run, stream=_SignalOnStart(signum), write_sample=False)
+    assert stop.value.signum == signum and stop.value.step == 1
     assert load_run(run)[2] == 1  # the checkpoint of the finished step is restorable
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler put back
+    assert {s: signal.getsignal(s) for s in handlers} == handlers  # handlers put back
     result = train(cfg, run, resume=True, stream=io.StringIO(), write_sample=False)
     assert result.step == cfg.train.steps and load_run(run)[2] == cfg.train.steps
+
+
+def test_an_ignored_sigint_stays_ignored(tmp_path, handlers):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    cfg = small_config(train={"checkpoint_every": 0}, mesh={"data": -1}, log={"every": 1})
+    result = train(cfg, tmp_path / "run", stream=_SignalOnStart(signal.SIGINT), write_sample=False)
+    assert result.step == cfg.train.steps  # the SIGINT sent at step 1 did not stop the run
+    assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN

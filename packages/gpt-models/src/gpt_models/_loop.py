@@ -139,7 +139,11 @@ def _stop_on_signals() -> Iterator[dict[str, int]]:
             raise KeyboardInterrupt  # a second Ctrl-C stops right away
         flag["signum"] = signum
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    # A signal the process was started ignoring stays ignored: a shell runs background jobs with
+    # SIGINT ignored so that Ctrl-C in the terminal leaves them alone, and nohup-like launchers do
+    # the same; catching it anyway would stop a run its owner meant to keep going.
+    watched = [s for s in (signal.SIGTERM, signal.SIGINT) if signal.getsignal(s) != signal.SIG_IGN]
+    previous = {s: signal.signal(s, handler) for s in watched}
     try:
         yield flag
     finally:
