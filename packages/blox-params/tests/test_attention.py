@@ -73,6 +73,15 @@ def test_head_config_errors():
         _mha(num_heads=4, head_dim=2, num_kv_heads=3)
     with pytest.raises(ValueError, match="RoPE needs an even head_dim"):
         _mha(num_heads=4, head_dim=3, use_rope=True)
+    for name, kwargs in [
+        ("num_heads", {"num_heads": 0, "head_dim": 2}),
+        ("head_dim", {"num_heads": 2, "head_dim": 0}),
+        ("num_kv_heads", {"num_heads": 2, "head_dim": 2, "num_kv_heads": 0}),
+        ("output_size", {"num_heads": 2, "head_dim": 2, "output_size": -4}),
+    ]:
+        got = next(v for k, v in kwargs.items() if k == name)
+        with pytest.raises(ValueError, match=rf"{name} must be a positive int, got {got}\."):
+            _mha(**kwargs)
 
 
 def test_rope_preserves_norm_and_relative_positions():

@@ -85,3 +85,53 @@ def test_conv_transpose_is_gradient_of_conv():
     g = jnp.arange(8.0).reshape(1, 4, 2)
     _, vjp = jax.vjp(lambda x: conv(params, x)[0], jnp.ones((1, 6, 3)))
     np.testing.assert_allclose(up(up_params, g)[0], vjp(g)[0], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"output_channels": 0}, r"Conv net/c: output_channels must be a positive int, got 0\."),
+        ({"output_channels": 2.5}, r"output_channels must be a positive int, got 2\.5\."),
+        ({"kernel_size": (3, 0)}, r"kernel_size must be a positive int or a non-empty sequence"),
+        ({"kernel_size": ()}, r"kernel_size must be .*one per spatial dimension\), got \(\)\."),
+        ({"strides": 0}, r"Conv net/c: strides must be a positive int, got 0\."),
+        ({"kernel_dilation": (1, -1)}, r"kernel_dilation must be .* got \(1, -1\)\."),
+        ({"input_dilation": 0}, r"input_dilation must be a positive int, got 0\."),
+        ({"feature_group_count": 0}, r"feature_group_count must be a positive int, got 0\."),
+        (
+            {"output_channels": 6, "feature_group_count": 4},
+            r"output_channels=6 is not divisible by feature_group_count=4",
+        ),
+        ({"padding": "same-ish"}, r"padding 'same-ish' is not a padding mode; expected one of "),
+        ({"padding": [(1,)]}, r"padding must be 'SAME', 'VALID', .* got \[\(1,\)\]\."),
+    ],
+)
+def test_conv_constructor_errors(kwargs, message):
+    graph, rng, _ = _setup()
+    args = {"output_channels": 4, "kernel_size": (3, 3), **kwargs}
+    with pytest.raises(ValueError, match=message):
+        bx.Conv(graph / "c", args.pop("output_channels"), args.pop("kernel_size"), rng=rng, **args)
+
+
+def test_conv_padding_pairs_must_match_the_spatial_rank():
+    graph, rng, params = _setup()
+    conv = bx.Conv(graph / "c", 4, (3,), rng=rng, padding=[(1, 1), (1, 1)])
+    with pytest.raises(
+        ValueError, match=r"has 2 \(low, high\) pairs, but the inputs have 1 spatial"
+    ):
+        conv(params, jnp.ones((2, 5, 3)))
+
+
+def test_conv_accepts_numpy_ints_and_lowercase_padding():
+    graph, rng, params = _setup()
+    conv = bx.Conv(graph / "c", np.int64(4), (np.int32(3),), rng=rng, padding="valid")
+    y, _ = conv(params, jnp.ones((2, 5, 3)))
+    assert y.shape == (2, 3, 4)
+
+
+def test_conv_transpose_constructor_errors():
+    graph, rng, _ = _setup()
+    with pytest.raises(
+        ValueError, match=r"ConvTranspose net/t: output_channels must be a positive"
+    ):
+        bx.ConvTranspose(graph / "t", 0, (3,), rng=rng)

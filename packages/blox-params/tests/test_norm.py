@@ -45,6 +45,21 @@ def test_norm_axis_out_of_range():
         bx.LayerNorm(bx.Graph("net") / "ln", axis=3)(bx.Params(), X)
 
 
+def test_norm_axis_named_twice():
+    rms = bx.RMSNorm(bx.Graph("net") / "rms", axis=(2, -1))
+    with pytest.raises(ValueError, match=r"RMSNorm net/rms: axis \(2, -1\) names the same dim"):
+        rms(bx.Params(), X)
+
+
+def test_norm_constructor_errors():
+    with pytest.raises(ValueError, match=r"GroupNorm net/gn: num_groups must be a positive int"):
+        bx.GroupNorm(bx.Graph("net") / "gn", num_groups=0)
+    with pytest.raises(
+        ValueError, match=r"BatchNorm net/bn: momentum must be in \[0, 1\], got 1.5"
+    ):
+        bx.BatchNorm(bx.Graph("net") / "bn", momentum=1.5)
+
+
 def test_batch_norm_train_and_eval():
     bn = bx.BatchNorm(bx.Graph("net") / "bn", momentum=0.5)
     y, params = bn(bx.Params(), X, is_training=True)

@@ -76,3 +76,11 @@ def test_apply_needs_a_time_axis():
     lstm, rng = _cell(bx.LSTM, False)
     with pytest.raises(ValueError, match=r"apply expects inputs \(\.\.\., T, features\)"):
         lstm.apply(rng.seed(bx.Params(), seed=0), jnp.ones(3))
+
+
+@pytest.mark.parametrize("cls", [bx.LSTM, bx.GRU])
+def test_hidden_size_must_be_positive(cls):
+    with pytest.raises(
+        ValueError, match=rf"{cls.__name__} net/cell: hidden_size must be a positive"
+    ):
+        cls(bx.Graph("net") / "cell", 0)

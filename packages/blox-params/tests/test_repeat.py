@@ -57,6 +57,9 @@ def test_layer_must_be_below_and_locked_init_fails():
     graph = bx.Graph("net")
     with pytest.raises(bx.GraphError, match="must be a module bound below this node"):
         bx.Repeat(graph / "blocks", bx.Linear(graph / "other", 2), 3)
+    blocks = graph / "stack"
+    with pytest.raises(ValueError, match=r"Repeat net/stack: num_layers must be a positive int"):
+        bx.Repeat(blocks, bx.Linear(blocks / "block", 2), 0)
     stack, rng = _stack()
     with pytest.raises(bx.LockedParamsError, match="params.unlocked"):
         stack(rng.seed(bx.Params(), seed=0).locked(), jnp.ones(4))

@@ -7,6 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ._checks import positive_int
 from ._dtypes import promote
 from ._graph import Graph
 from ._module import Initializer, Module
@@ -90,8 +91,14 @@ class MultiHeadAttention(Module):
         param_dtype: Any = jnp.float32,
     ) -> None:
         super().__init__(graph)
-        kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if num_heads <= 0 or kv_heads <= 0 or num_heads % kv_heads:
+        num_heads = positive_int(num_heads, "num_heads", self)
+        head_dim = positive_int(head_dim, "head_dim", self)
+        kv_heads = (
+            num_heads if num_kv_heads is None else positive_int(num_kv_heads, "num_kv_heads", self)
+        )
+        if output_size is not None:
+            output_size = positive_int(output_size, "output_size", self)
+        if num_heads % kv_heads:
             raise ValueError(
                 f"{self.name}: num_heads={num_heads} must be a positive multiple of "
                 f"num_kv_heads={kv_heads} (each KV head serves num_heads // num_kv_heads query "

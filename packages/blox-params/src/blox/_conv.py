@@ -8,8 +8,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ._checks import check_padding, positive_int, positive_ints
 from ._dtypes import promote
 from ._graph import Graph
+from ._linear import kernel_and_bias
 from ._module import Initializer, Module
 from ._params import Params
 from ._rng import Rng
@@ -29,12 +31,18 @@ def _tuple(value: int | Sequence[int], n: int, what: str, module: Module) -> tup
     return value
 
 
-def _padding(padding: Padding, n: int) -> str | list[tuple[int, int]]:
+def _padding(padding: Any, n: int, module: Module) -> str | list[tuple[int, int]]:
+    """``padding`` as ``lax`` takes it; it was checked in ``__init__`` but for its length."""
     if isinstance(padding, str):
-        return padding.upper()
+        return padding
     if isinstance(padding, int):
         return [(padding, padding)] * n
-    return [tuple(p) for p in padding]  # type: ignore[misc]
+    if len(padding) != n:
+        raise ValueError(
+            f"{module.name}: padding {padding} has {len(padding)} (low, high) pairs, but the "
+            f"inputs have {n} spatial dimensions. Give one pair per spatial dimension."
+        )
+    return list(padding)
 
 
 def _dimension_numbers(n: int) -> jax.lax.ConvDimensionNumbers:
@@ -67,12 +75,12 @@ class _ConvBase(Module):
         param_dtype: Any = jnp.float32,
     ) -> None:
         super().__init__(graph)
-        self.output_channels = output_channels
-        self.kernel_size = kernel_size
+        self.output_channels = positive_int(output_channels, "output_channels", self)
+        self.kernel_size = positive_ints(kernel_size, "kernel_size", self)
         self.rng = rng
-        self.strides = strides
-        self.padding = padding
-        self.kernel_dilation = kernel_dilation
+        self.strides = positive_ints(strides, "strides", self)
+        self.padding = check_padding(padding, self)
+        self.kernel_dilation = positive_ints(kernel_dilation, "kernel_dilation", self)
         self.use_bias = use_bias
         self.kernel_init = kernel_init or jax.nn.initializers.lecun_normal()
         self.bias_init = bias_init
@@ -100,27 +108,6 @@ class _ConvBase(Module):
                 f"shape {x.shape}."
             )
         return n, x.ndim == n + 2
-
-    def _params(self, params: Params, shape: tuple[int, ...]) -> tuple[Any, Any, Params]:
-        kernel, params = self.get_param(
-            params,
-            "kernel",
-            shape,
-            self.kernel_init,
-            self.param_dtype,
-            metadata=self.kernel_metadata,
-        )
-        bias = None
-        if self.use_bias:
-            bias, params = self.get_param(
-                params,
-                "bias",
-                (self.output_channels,),
-                self.bias_init,
-                self.param_dtype,
-                metadata=self.bias_metadata,
-            )
-        return kernel, bias, params
 
 
 class Conv(_ConvBase):
@@ -164,8 +151,14 @@ class Conv(_ConvBase):
         **kwargs: Any,
     ) -> None:
         super().__init__(graph, output_channels, kernel_size, **kwargs)
-        self.input_dilation = input_dilation
-        self.feature_group_count = feature_group_count
+        self.input_dilation = positive_ints(input_dilation, "input_dilation", self)
+        self.feature_group_count = positive_int(feature_group_count, "feature_group_count", self)
+        if self.output_channels % self.feature_group_count:
+            raise ValueError(
+                f"{self.name}: output_channels={self.output_channels} is not divisible by "
+                f"feature_group_count={self.feature_group_count}; each group needs the same "
+                "number of output channels."
+            )
 
     def __call__(self, params: Params, x: jax.Array) -> tuple[jax.Array, Params]:
         x = jnp.asarray(x)
@@ -184,13 +177,13 @@ class Conv(_ConvBase):
             in_features // groups,
             self.output_channels,
         )
-        kernel, bias, params = self._params(params, shape)
+        kernel, bias, params = kernel_and_bias(self, params, shape)
         x, kernel, bias = promote(self.dtype, x, kernel, bias)
         y = jax.lax.conv_general_dilated(
             x,
             kernel,
             window_strides=_tuple(self.strides, n, "strides", self),
-            padding=_padding(self.padding, n),
+            padding=_padding(self.padding, n, self),
             lhs_dilation=_tuple(self.input_dilation, n, "input_dilation", self),
             rhs_dilation=_tuple(self.kernel_dilation, n, "kernel_dilation", self),
             dimension_numbers=_dimension_numbers(n),
@@ -232,13 +225,13 @@ class ConvTranspose(_ConvBase):
             x.shape[-1],
             self.output_channels,
         )
-        kernel, bias, params = self._params(params, shape)
+        kernel, bias, params = kernel_and_bias(self, params, shape)
         x, kernel, bias = promote(self.dtype, x, kernel, bias)
         y = jax.lax.conv_transpose(
             x,
             kernel,
             strides=_tuple(self.strides, n, "strides", self),
-            padding=_padding(self.padding, n),
+            padding=_padding(self.padding, n, self),
             rhs_dilation=_tuple(self.kernel_dilation, n, "kernel_dilation", self),
             dimension_numbers=_dimension_numbers(n),
         )

@@ -8,8 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from core_primitives import format_path
-
+from ._checks import positive_int
 from ._dtypes import promote
 from ._graph import Graph
 from ._module import Initializer, Module
@@ -61,7 +60,7 @@ class Linear(Module):
         param_dtype: Any = jnp.float32,
     ) -> None:
         super().__init__(graph)
-        self.output_size = _positive(output_size, "output_size", self)
+        self.output_size = positive_int(output_size, "output_size", self)
         self.rng = rng
         self.use_bias = use_bias
         self.kernel_init = kernel_init or jax.nn.initializers.lecun_normal()
@@ -73,25 +72,7 @@ class Linear(Module):
 
     def __call__(self, params: Params, x: jax.Array) -> tuple[jax.Array, Params]:
         x = _at_least_1d(x, self)
-        shape = (x.shape[-1], self.output_size)
-        kernel, params = self.get_param(
-            params,
-            "kernel",
-            shape,
-            self.kernel_init,
-            self.param_dtype,
-            metadata=self.kernel_metadata,
-        )
-        bias = None
-        if self.use_bias:
-            bias, params = self.get_param(
-                params,
-                "bias",
-                (self.output_size,),
-                self.bias_init,
-                self.param_dtype,
-                metadata=self.bias_metadata,
-            )
+        kernel, bias, params = kernel_and_bias(self, params, (x.shape[-1], self.output_size))
         x, kernel, bias = promote(self.dtype, x, kernel, bias)
         y = x @ kernel
         return (y + bias if bias is not None else y), params
@@ -135,8 +116,8 @@ class Embed(Module):
         param_dtype: Any = jnp.float32,
     ) -> None:
         super().__init__(graph)
-        self.vocab_size = _positive(vocab_size, "vocab_size", self)
-        self.embed_dim = _positive(embed_dim, "embed_dim", self)
+        self.vocab_size = positive_int(vocab_size, "vocab_size", self)
+        self.embed_dim = positive_int(embed_dim, "embed_dim", self)
         self.rng = rng
         self.embedding_init = embedding_init or jax.nn.initializers.normal(stddev=1.0)
         self.metadata = metadata
@@ -177,13 +158,33 @@ class Embed(Module):
         return x @ table.T, params
 
 
-def _positive(value: Any, what: str, module: Module) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(
-            f"{type(module).__name__} {format_path(module.path)}: {what} must be a positive int, "
-            f"got {value!r}."
-        )
-    return value
+def kernel_and_bias(
+    module: Any, params: Params, shape: tuple[int, ...]
+) -> tuple[jax.Array, jax.Array | None, Params]:
+    """The ``kernel`` of ``shape`` and, with ``use_bias``, a ``bias`` over its last axis.
+
+    Shared by the layers that carry the same kernel/bias options (``Linear``, ``Conv``,
+    ``ConvTranspose``): ``kernel_init``, ``bias_init``, ``*_metadata``, ``param_dtype``.
+    """
+    kernel, params = module.get_param(
+        params,
+        "kernel",
+        shape,
+        module.kernel_init,
+        module.param_dtype,
+        metadata=module.kernel_metadata,
+    )
+    if not module.use_bias:
+        return kernel, None, params
+    bias, params = module.get_param(
+        params,
+        "bias",
+        shape[-1:],
+        module.bias_init,
+        module.param_dtype,
+        metadata=module.bias_metadata,
+    )
+    return kernel, bias, params
 
 
 def _at_least_1d(x: Any, module: Module) -> jax.Array:

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from core_primitives import format_path
 
+from ._checks import positive_int
 from ._dtypes import promote
 from ._graph import Graph
 from ._module import Initializer, Module
@@ -30,7 +31,13 @@ def _axes(axis: int | Sequence[int], ndim: int, module: Module) -> tuple[int, ..
         raise ValueError(
             f"{module.name}: axis {axis} is out of range for inputs with {ndim} dimensions."
         )
-    return tuple(sorted(a % ndim for a in axes))
+    normalised = tuple(sorted(a % ndim for a in axes))
+    if len(set(normalised)) != len(normalised):
+        raise ValueError(
+            f"{module.name}: axis {axis} names the same dimension twice for inputs with {ndim} "
+            "dimensions. List each axis once."
+        )
+    return normalised
 
 
 class _AffineNorm(Module):
@@ -217,6 +224,11 @@ class BatchNorm(_AffineNorm):
         **kwargs: Any,
     ) -> None:
         super().__init__(graph, eps=eps, **kwargs)
+        if not 0.0 <= momentum <= 1.0:
+            raise ValueError(
+                f"{self.name}: momentum must be in [0, 1], got {momentum!r}. The running "
+                "statistics keep momentum * old + (1 - momentum) * batch, so 0.9-0.999 is usual."
+            )
         self.momentum = momentum
         self.axis_name = axis_name
 
@@ -283,7 +295,7 @@ class GroupNorm(_AffineNorm):
 
     def __init__(self, graph: Graph, num_groups: int, *, eps: float = 1e-5, **kwargs: Any) -> None:
         super().__init__(graph, eps=eps, **kwargs)
-        self.num_groups = num_groups
+        self.num_groups = positive_int(num_groups, "num_groups", self)
 
     def __call__(self, params: Params, x: jax.Array) -> tuple[jax.Array, Params]:
         x = jnp.asarray(x)

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from ._checks import positive_int
 from ._dtypes import promote
 from ._graph import Graph
 from ._module import Initializer, Module
@@ -44,7 +45,7 @@ class _Recurrent(Module):
         param_dtype: Any = jnp.float32,
     ) -> None:
         super().__init__(graph)
-        self.hidden_size = hidden_size
+        self.hidden_size = positive_int(hidden_size, "hidden_size", self)
         self.rng = rng
         self.is_static = is_static
         self.kernel_init = kernel_init or jax.nn.initializers.lecun_normal()

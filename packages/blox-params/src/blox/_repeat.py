@@ -10,6 +10,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ._checks import positive_int
 from ._errors import GraphError, LockedParamsError, RngError
 from ._graph import Graph
 from ._module import Module
@@ -65,7 +66,8 @@ class Repeat(Module):
                 f"{getattr(layer, 'name', type(layer).__name__)}. Build it on a child: "
                 "bx.Repeat(node, Block(node / 'block', ...), num_layers, rng=rng)."
             )
-        self.layer, self.num_layers, self.rng = layer, num_layers, rng
+        self.layer, self.rng = layer, rng
+        self.num_layers = positive_int(num_layers, "num_layers", self)
         self.remat, self.logical_axis = remat, logical_axis
 
     def _is_mine(self, path: tuple[str, ...], _: Any = None) -> bool:

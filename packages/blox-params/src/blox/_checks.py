@@ -1,0 +1,60 @@
+"""Constructor argument checks shared by the layers.
+
+A bad size or stride would otherwise surface at the first call as a bare JAX error (a division by
+zero, a negative shape) that names neither the module nor the argument; checking in ``__init__``
+reports it where it was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ._module import Module
+
+PADDING_MODES = ("SAME", "SAME_LOWER", "VALID")
+
+
+def positive_int(value: Any, what: str, module: Module) -> int:
+    """``value`` if it is a positive int (numpy ints included, bools not), else a ``ValueError``."""
+    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) <= 0:
+        raise ValueError(f"{module.name}: {what} must be a positive int, got {value!r}.")
+    return int(value)
+
+
+def positive_ints(value: Any, what: str, module: Module) -> int | tuple[int, ...]:
+    """An int or a sequence of ints, each positive (per spatial dimension sizes, strides)."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        if not value or any(
+            isinstance(v, bool) or not hasattr(v, "__index__") or v <= 0 for v in value
+        ):
+            raise ValueError(
+                f"{module.name}: {what} must be a positive int or a non-empty sequence of "
+                f"positive ints (one per spatial dimension), got {value!r}."
+            )
+        return tuple(int(v) for v in value)
+    return positive_int(value, what, module)
+
+
+def check_padding(value: Any, module: Module) -> str | int | tuple[tuple[int, int], ...]:
+    """A padding mode name, one int for every side, or one ``(low, high)`` pair per dimension."""
+    if isinstance(value, str):
+        if value.upper() not in PADDING_MODES:
+            raise ValueError(
+                f"{module.name}: padding {value!r} is not a padding mode; expected one of "
+                f"{', '.join(repr(m) for m in PADDING_MODES)}, an int, or one (low, high) pair "
+                "per spatial dimension."
+            )
+        return value.upper()
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    try:
+        pairs = tuple((int(lo), int(hi)) for lo, hi in value)
+    except (TypeError, ValueError):
+        pairs = ()
+    if not pairs:
+        raise ValueError(
+            f"{module.name}: padding must be 'SAME', 'VALID', 'SAME_LOWER', a non-negative int "
+            f"or a sequence of (low, high) int pairs, got {value!r}."
+        )
+    return pairs
