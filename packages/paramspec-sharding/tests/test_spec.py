@@ -71,3 +71,11 @@ def test_bad_initializer_error_text():
         TypeError, match=r"initializer: got 0.02 of type float, expected a callable"
     ):
         ParamSpec((3,), ("a",), initializer=0.02)
+
+
+@pytest.mark.parametrize("dtype", ["floaty", None])
+def test_bad_dtype_error_text(dtype):
+    with pytest.raises(
+        TypeError, match=rf"ParamSpec dtype: got {dtype!r}, expected a dtype such as"
+    ):
+        ParamSpec((3,), ("a",), dtype=dtype)

@@ -34,6 +34,19 @@ def default_initializer(shape: tuple[int, ...]) -> Initializer:
     return _LECUN_NORMAL if len(shape) >= 2 else _ZEROS
 
 
+def _dtype(value: Any) -> np.dtype:
+    # numpy reads None as float64, which JAX would then silently truncate: refuse it instead.
+    try:
+        if value is None:
+            raise TypeError("None is not a dtype")
+        return jnp.dtype(value)
+    except TypeError as e:
+        raise TypeError(
+            f"ParamSpec dtype: got {value!r}, expected a dtype such as jnp.float32, jnp.bfloat16 "
+            "or the string 'float32'."
+        ) from e
+
+
 @dataclasses.dataclass(frozen=True)
 class ParamSpec:
     """The description of one parameter: shape, logical axis names, dtype and initializer.
@@ -73,7 +86,7 @@ class ParamSpec:
         # Frozen dataclass: normalised values are written once, here.
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "logical_axes", axes)
-        object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
+        object.__setattr__(self, "dtype", _dtype(self.dtype))
         if self.initializer is None:
             object.__setattr__(self, "initializer", default_initializer(shape))
         elif not callable(self.initializer):
