@@ -429,6 +429,8 @@ def test_save_logger_flush_every_buffers_until_finish(tmp_path):
     assert len(os.listdir(tmp_path / "run_0" / "chunks")) == 2
     with pytest.raises(ValueError, match=r"flush_every must be a positive int, got 0"):
         SaveLogger(tmp_path, flush_every=0)
+    with pytest.raises(TypeError, match=r"SaveLogger: path must be a folder path .* got 3 \(int\)"):
+        SaveLogger(3)
 
 
 def test_state_from_a_sharded_jit_feeds_the_next_call():

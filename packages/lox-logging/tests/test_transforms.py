@@ -456,6 +456,21 @@ def test_bad_log_inputs_have_clear_errors():
         lox.log({3: 1.0})
     with pytest.raises(TypeError, match="names must contain only strings"):
         lox.spool(lambda x: x, names=[1])
+    with pytest.raises(TypeError, match=r"lox.log: the value of 'note' holds a str \('hi'\), exp"):
+        lox.log({"note": {"text": "hi"}})
+    lox.log({"ok": {"a": np.float32(1.0), "b": 2, "c": np.ones(2)}})  # numpy and Python numbers
+
+
+@pytest.mark.parametrize("transform", [lox.spool, lox.tap, lox.strip, lox.keep])
+def test_transforms_refuse_a_non_function(transform):
+    name = transform.__name__
+    with pytest.raises(TypeError, match=rf"lox.{name}: f must be callable, got 3 \(int\)\. Pass"):
+        transform(3)
+
+
+def test_tap_refuses_a_non_callable_callback():
+    with pytest.raises(TypeError, match=r"lox.tap: callback must be callable, got 'print'"):
+        lox.tap(lambda x: x, "print")
 
 
 # --- vmap of a cond/switch with a batched predicate: per-lane branch selection ----------------

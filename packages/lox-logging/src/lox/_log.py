@@ -58,6 +58,19 @@ def _as_step(name: str, value: Any) -> Any:
     return value if isinstance(value, jax.Array) else np.asarray(value, dtype=np.int32)
 
 
+_ARRAY_LIKE = (jax.Array, np.ndarray, np.generic, int, float, complex)
+
+
+def _check_leaves(key: str, value: Any, leaves: list[Any]) -> None:
+    for leaf in leaves:
+        if not isinstance(leaf, _ARRAY_LIKE) and not hasattr(leaf, "__jax_array__"):
+            raise TypeError(
+                f"lox.log: the value of {key!r} holds a {type(leaf).__name__} ({leaf!r:.60}), "
+                "expected arrays or numbers (or a pytree of them). Text and other Python objects "
+                "cannot pass through JAX; handle them on the host, e.g. in a lox.tap callback."
+            )
+
+
 def log(data: Mapping[str, Any], *, tags: str | Sequence[str] = (), **steps: Any) -> Any:
     """Record one event per key of ``data``; returns ``data`` unchanged.
 
@@ -73,7 +86,8 @@ def log(data: Mapping[str, Any], *, tags: str | Sequence[str] = (), **steps: Any
         ``data``, with the same structure and values.
 
     Raises:
-        TypeError: ``data`` is not a mapping with string keys, or a step is not a scalar integer.
+        TypeError: ``data`` is not a mapping with string keys, a value holds something that is
+            not an array or a number, or a step is not a scalar integer.
 
     Example:
         >>> import jax.numpy as jnp, lox
@@ -100,6 +114,7 @@ def log(data: Mapping[str, Any], *, tags: str | Sequence[str] = (), **steps: Any
                 "Use str keys such as 'loss' or 'train/loss'."
             )
         leaves, treedef = jax.tree.flatten(value)
+        _check_leaves(key, value, leaves)
         res = lox_p.bind(
             *leaves,
             *step_vals,

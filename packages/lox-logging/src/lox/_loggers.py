@@ -313,6 +313,11 @@ class SaveLogger(HostLogger):
                 f"SaveLogger: flush_every must be a positive int, got {flush_every!r}. Use 1 "
                 "to save at every log call, or e.g. 100 to save every 100 calls."
             )
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(
+                f"SaveLogger: path must be a folder path (str or os.PathLike), got {path!r:.60} "
+                f"({type(path).__name__}). Example: SaveLogger('runs/logs')."
+            )
         super().__init__()
         self.path = os.fspath(path)
         self.flush_every = flush_every

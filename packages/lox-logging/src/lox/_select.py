@@ -26,6 +26,15 @@ def _normalise(what: str, value: Filter) -> frozenset[str] | None:
     return items
 
 
+def require_callable(f: Any, who: str, what: str = "f") -> None:
+    """Fail where a transform is built, not at its first call, when handed a non-function."""
+    if not callable(f):
+        raise TypeError(
+            f"lox.{who}: {what} must be callable, got {f!r:.60} ({type(f).__name__}). Pass the "
+            f"function itself: lox.{who}(step_fn), not lox.{who}(step_fn(...))."
+        )
+
+
 class Selector:
     """Site filter: exact name match AND any-tag match; ``None`` = all, empty = none."""
 

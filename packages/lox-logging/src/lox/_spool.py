@@ -8,7 +8,7 @@ from typing import Any
 import jax
 
 from . import _events
-from ._select import Filter, Selector
+from ._select import Filter, Selector, require_callable
 from ._transform import LogInterpreter, cached, to_logdict
 
 
@@ -60,4 +60,5 @@ def spool(f: Callable[..., Any], *, names: Filter = None, tags: Filter = None) -
         >>> logs["x"].tolist(), logs.steps["x"]["step"].tolist()
         ([0.0, 1.0, 2.0], [0, 1, 2])
     """
+    require_callable(f, "spool")
     return _spooled(f, Selector(names, tags).key())

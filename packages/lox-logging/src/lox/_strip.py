@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._select import Filter, Selector
+from ._select import Filter, Selector, require_callable
 from ._transform import LogInterpreter, cached
 
 
@@ -33,6 +33,7 @@ def strip(f: Callable[..., Any], *, names: Filter = None, tags: Filter = None) -
         >>> [e.primitive.name for e in jax.make_jaxpr(lox.strip(f))(1.0).eqns]
         ['mul']
     """
+    require_callable(f, "strip")
     return _rewritten(f, Selector(names, tags).key())
 
 
@@ -47,4 +48,5 @@ def keep(f: Callable[..., Any], *, names: Filter = None, tags: Filter = None) ->
         >>> [e.params["name"] for e in jax.make_jaxpr(lox.keep(f, names="a"))(1.0).eqns]
         ['a']
     """
+    require_callable(f, "keep")
     return _rewritten(f, Selector(names, tags, invert=True).key())

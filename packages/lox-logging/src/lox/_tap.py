@@ -12,7 +12,7 @@ import numpy as np
 from . import _events
 from ._callback import host_callback
 from ._logdict import logdict, trusted
-from ._select import Filter, Selector
+from ._select import Filter, Selector, require_callable
 from ._transform import LogInterpreter, cached
 
 
@@ -113,6 +113,9 @@ def tap(
         >>> seen[0]["x"].tolist()
         [2.0]
     """
+    require_callable(f, "tap")
+    if callback is not None:
+        require_callable(callback, "tap", "callback")
     return _tapped(f, callback or _print, Selector(names, tags).key())
 
 
@@ -129,6 +132,8 @@ def tap_with_state(
     The state's arrays are callback operands (never a closure over concrete values), so the
     result can be jitted and vmapped over states: each lane's callback gets its lane's state.
     """
+    require_callable(f, "tap")
+    require_callable(callback, "tap", "callback")
     sel = Selector(names, tags)
 
     def g(*args: Any, **kwargs: Any) -> Any:
