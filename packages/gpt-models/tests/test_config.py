@@ -120,6 +120,20 @@ def test_validate_reports_inconsistent_values():
     assert "train.batch_size = 10 must be divisible by train.grad_accum = 4" in text
 
 
+def test_validate_checks_the_sample_section_and_skips_rope_on_bad_heads():
+    tiny = PRESETS["tiny"]
+    sample = dataclasses.replace(tiny.sample, temperature=-0.5, top_k=-1, top_p=2.0)
+    model = dataclasses.replace(tiny.model, n_heads=5, pos="rope")
+    with pytest.raises(ConfigError) as info:
+        validate(dataclasses.replace(tiny, sample=sample, model=model))
+    text = str(info.value)
+    assert "sample.temperature = -0.5 must be a finite number >= 0 (0 is greedy)" in text
+    assert (
+        "sample.top_k = -1 must be >= 0" in text and "sample.top_p = 2.0 must be in (0, 1]" in text
+    )
+    assert "must be divisible by model.n_heads = 5" in text and "RoPE" not in text
+
+
 def test_parse_set_requires_equals():
     with pytest.raises(ConfigError, match=r"--set expects KEY=VALUE, got 'model.d_model'"):
         parse_set(["model.d_model"])

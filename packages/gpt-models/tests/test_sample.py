@@ -88,3 +88,20 @@ def test_length_errors(params):
         generate(params, jnp.array([1, 2, 3]), CFG, max_new_tokens=40, key=jax.random.key(0))
     with pytest.raises(ValueError, match=r"the prompt is empty"):
         generate(params, jnp.zeros((0,), jnp.int32), CFG, max_new_tokens=4, key=jax.random.key(0))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"temperature": -1.0}, r"generate: temperature = -1.0 must be a finite number >= 0"),
+        ({"temperature": float("nan")}, r"temperature = nan must be a finite number >= 0"),
+        ({"top_k": -2}, r"generate: top_k = -2 must be >= 0 \(0 keeps every token\)\."),
+        ({"top_p": 0.0}, r"generate: top_p = 0.0 must be in \(0, 1\]"),
+        ({"top_p": 1.5}, r"top_p = 1.5 must be in \(0, 1\]"),
+        ({"max_new_tokens": -1}, r"generate: max_new_tokens = -1 must be >= 0\."),
+    ],
+)
+def test_bad_sampling_options_are_refused(params, kwargs, message):
+    args = {"max_new_tokens": 4, "key": jax.random.key(0), **kwargs}
+    with pytest.raises(ValueError, match=message):
+        generate(params, jnp.array([1, 2, 3]), CFG, **args)

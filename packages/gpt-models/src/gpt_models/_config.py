@@ -381,7 +381,8 @@ def validate(cfg: Config) -> Config:
             f"model.n_kv_heads = {m.n_kv_heads} must divide model.n_heads = {m.n_heads} "
             "(0 means equal to n_heads)"
         )
-    if m.pos == "rope" and m.head_dim % 2:
+    divisible = m.d_model > 0 and m.n_heads > 0 and not m.d_model % m.n_heads
+    if m.pos == "rope" and divisible and m.head_dim % 2:
         problems.append(f"RoPE needs an even head dim; d_model / n_heads = {m.head_dim}")
     if t.batch_size % max(t.grad_accum, 1):
         problems.append(
@@ -391,6 +392,8 @@ def validate(cfg: Config) -> Config:
         problems.append(f"data.val_fraction = {cfg.data.val_fraction} must be between 0 and 1")
     if t.warmup_steps < 0 or t.warmup_steps >= t.steps:
         problems.append(f"train.warmup_steps = {t.warmup_steps} must be in [0, train.steps)")
+    s = cfg.sample
+    problems += sampling_problems("sample.", s.max_new_tokens, s.temperature, s.top_k, s.top_p)
     for key, values in CHOICES.items():
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
@@ -399,6 +402,32 @@ def validate(cfg: Config) -> Config:
     if problems:
         raise ConfigError(format_problems("Invalid config", problems))
     return cfg
+
+
+def sampling_problems(
+    prefix: str, max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None
+) -> list[str]:
+    """What is wrong with sampling options (``[sample]`` or ``generate``'s arguments), if anything.
+
+    A negative temperature would silently invert the distribution (the least likely token first),
+    so it is refused rather than sampled from.
+
+    Example:
+        >>> sampling_problems("sample.", 10, -1.0, 0, 1.0)
+        ['sample.temperature = -1.0 must be a finite number >= 0 (0 is greedy)']
+    """
+    problems = []
+    if max_new_tokens < 0:
+        problems.append(f"{prefix}max_new_tokens = {max_new_tokens} must be >= 0")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        problems.append(
+            f"{prefix}temperature = {temperature} must be a finite number >= 0 (0 is greedy)"
+        )
+    if top_k is not None and top_k < 0:
+        problems.append(f"{prefix}top_k = {top_k} must be >= 0 (0 keeps every token)")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        problems.append(f"{prefix}top_p = {top_p} must be in (0, 1] (1 keeps every token)")
+    return problems
 
 
 def _positives(cfg: Config) -> dict[str, float]:

@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ._config import sampling_problems
 from ._model import apply, compute_dtype
 
 Array = jax.Array
@@ -96,7 +97,8 @@ def generate(
         ``int32`` ids of shape ``prompt.shape[:-1] + (prompt_len + max_new_tokens,)``.
 
     Raises:
-        ValueError: an empty prompt, or prompt plus ``max_new_tokens`` longer than ``model.seq_len``.
+        ValueError: an empty prompt, prompt plus ``max_new_tokens`` longer than ``model.seq_len``,
+            or a negative ``max_new_tokens``/``temperature``/``top_k``, or ``top_p`` outside (0, 1].
 
     Example:
         >>> import jax, jax.numpy as jnp, dataclasses
@@ -112,8 +114,11 @@ def generate(
     prompt = jnp.asarray(prompt, jnp.int32)
     squeeze = prompt.ndim == 1
     prompt = prompt[None] if squeeze else prompt
+    problems = sampling_problems("", max_new_tokens, temperature, top_k, top_p)
+    if problems:
+        raise ValueError(f"generate: {'; '.join(problems)}.")
     _check_length(cfg, prompt.shape[1], max_new_tokens)
-    if max_new_tokens <= 0:
+    if max_new_tokens == 0:
         return prompt[0] if squeeze else prompt
     options = (float(temperature), int(top_k or 0) or None, None if top_p is None else float(top_p))
     run = _generate_cached if use_cache else _generate_uncached
