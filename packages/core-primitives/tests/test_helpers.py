@@ -63,3 +63,13 @@ def test_identity_primitive_rules():
     g = lambda x: (p.bind(x, tag="dead"), jnp.sin(x))[1]
     jaxpr = jax.make_jaxpr(jax.grad(jax.checkpoint(g)))(1.0)
     assert "test_ident" in str(jaxpr)
+
+
+def test_helper_argument_errors():
+    with pytest.raises(TypeError, match=r"pytree_dataclass decorates a class, got 3 \(int\)"):
+        pytree_dataclass(3)
+    with pytest.raises(TypeError, match=r"name must be a non-empty str .* got ''"):
+        identity_primitive("")
+    with pytest.raises(TypeError, match=r"identity_primitive\('t'\): jvp must be a callable rule"):
+        identity_primitive("t", jvp="default")
+    assert format_path("net/l1") == "net/l1"  # a path already shown is kept, not split by letter

@@ -325,3 +325,18 @@ def test_identity_rewrite_of_vmap_with_a_batched_while_predicate():
     rewritten = jax.make_jaxpr(_identity(f))(ns, xs)
     assert _primitives_deep(rewritten.jaxpr) == _primitives_deep(original.jaxpr)
     assert "while" in _primitives_deep(original.jaxpr)
+
+
+def test_bad_rules_and_functions_have_clear_errors():
+    with pytest.raises(TypeError, match=r"rules must be a mapping \{primitive: rule\}, got list"):
+        Interpreter([lax.sin_p])
+    with pytest.raises(TypeError, match=r"keyed by primitive objects .* got the key 'sin' \(str\)"):
+        Interpreter({"sin": lambda ctx, eqn, invals: invals})
+    with pytest.raises(TypeError, match=r"the rule for sin must be callable .* got 3 \(int\)"):
+        Interpreter({lax.sin_p: 3})
+    with pytest.raises(TypeError, match=r"default must be a rule .* got 'bind' \(str\)"):
+        Interpreter(default="bind")
+    with pytest.raises(
+        TypeError, match=r"transform: fn must be callable, got 2.0 \(float\)\. Pass"
+    ):
+        Interpreter().transform(2.0)

@@ -62,6 +62,11 @@ def pytree_dataclass(cls: Any = None, /, *, frozen: bool = True) -> Any:
     """
 
     def wrap(c: type) -> type:
+        if not isinstance(c, type):
+            raise TypeError(
+                f"pytree_dataclass decorates a class, got {c!r:.60} ({type(c).__name__}). "
+                "Use it as @pytree_dataclass or @pytree_dataclass(frozen=False) above `class`."
+            )
         c = dataclasses.dataclass(frozen=frozen)(c)
         fields = [f for f in dataclasses.fields(c) if f.init]
         data = [f.name for f in fields if not f.metadata.get(_STATIC, False)]

@@ -70,6 +70,29 @@ def _split(j: Any) -> tuple[Any, list[Any]]:
     return j, []
 
 
+def _checked_rules(rules: Mapping[Any, Rule] | None) -> dict[Any, Rule]:
+    if rules is None:
+        return {}
+    if not isinstance(rules, Mapping):
+        raise TypeError(
+            f"Interpreter: rules must be a mapping {{primitive: rule}}, got "
+            f"{type(rules).__name__}. Example: Interpreter({{lax.sin_p: my_rule}})."
+        )
+    for prim, rule in rules.items():
+        if not isinstance(prim, compat.Primitive):
+            raise TypeError(
+                f"Interpreter: rules are keyed by primitive objects (e.g. lax.sin_p), got the key "
+                f"{prim!r} ({type(prim).__name__}). Names do not work: several primitives can "
+                "share one."
+            )
+        if not callable(rule):
+            raise TypeError(
+                f"Interpreter: the rule for {prim} must be callable fn(ctx, eqn, invals) -> "
+                f"outvals, got {rule!r:.60} ({type(rule).__name__})."
+            )
+    return dict(rules)
+
+
 class Interpreter:
     """Evaluate jaxprs with per-primitive rules, recursing into higher-order primitives.
 
@@ -99,7 +122,12 @@ class Interpreter:
     """
 
     def __init__(self, rules: Mapping[Any, Rule] | None = None, default: Rule | None = None):
-        self.rules: dict[Any, Rule] = dict(rules or {})
+        self.rules: dict[Any, Rule] = _checked_rules(rules)
+        if default is not None and not callable(default):
+            raise TypeError(
+                f"Interpreter: default must be a rule fn(ctx, eqn, invals) -> outvals or None, "
+                f"got {default!r:.60} ({type(default).__name__})."
+            )
         self.default: Rule = default or _default_rule
         self._higher_order: dict[Any, Callable[[Context, Any, list[Any]], list[Any]]] = {
             compat.jit_p: self._jit,
@@ -116,6 +144,11 @@ class Interpreter:
     # --- entry points ----------------------------------------------------------------------
     def transform(self, fn: Callable[..., Any]) -> Callable[..., tuple[Any, list[Any]]]:
         """``fn`` rewritten: ``g(*args, **kwargs) -> (fn's output, emitted values)``."""
+        if not callable(fn):
+            raise TypeError(
+                f"Interpreter.transform: fn must be callable, got {fn!r:.60} "
+                f"({type(fn).__name__}). Pass the function itself, not its result."
+            )
 
         def g(*args: Any, **kwargs: Any) -> tuple[Any, list[Any]]:
             closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*args, **kwargs)

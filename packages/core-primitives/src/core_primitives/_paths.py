@@ -19,6 +19,8 @@ def format_path(path: Iterable[Any]) -> str:
         >>> format_path(('net', 'a/b'))
         "net/'a/b'"
     """
+    if isinstance(path, str):
+        return path  # already shown as a path; iterating it would quote every letter
     parts = [str(p) for p in path]
     return "/".join(repr(p) if ("/" in p or not p) else p for p in parts)
 

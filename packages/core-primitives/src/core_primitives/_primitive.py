@@ -12,6 +12,19 @@ JvpRule = Callable[..., tuple[Sequence[Any], Sequence[Any]]]
 TransposeRule = Callable[..., Sequence[Any]]
 
 
+def _check_name_and_rules(name: Any, **rules: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise TypeError(
+            f"identity_primitive: name must be a non-empty str (shown in jaxprs), got {name!r}."
+        )
+    for what, rule in rules.items():
+        if rule is not None and not callable(rule):
+            raise TypeError(
+                f"identity_primitive({name!r}): {what} must be a callable rule or None (the "
+                f"default), got {rule!r:.60} ({type(rule).__name__})."
+            )
+
+
 def identity_primitive(
     name: str,
     *,
@@ -52,6 +65,7 @@ def identity_primitive(
         >>> jax.make_jaxpr(lambda x: tag_p.bind(x, label="y"))(1.0).eqns[0].primitive.name
         'doc_tag'
     """
+    _check_name_and_rules(name, batch=batch, jvp=jvp, transpose=transpose)
     prim = compat.Primitive(name)
     prim.multiple_results = True
     prim.def_impl(lambda *args, **params: list(args))
