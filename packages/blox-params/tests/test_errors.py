@@ -1,5 +1,7 @@
 """The remaining user-facing errors: each says what failed, what was given and how to fix it."""
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -78,3 +80,39 @@ def test_attention_needs_a_sequence_axis():
     mha = bx.MultiHeadAttention(bx.Graph("net") / "attn", 2, 4)
     with pytest.raises(ValueError, match=r"expects inputs \(\.\.\., T, features\).*x\[None\]"):
         mha(bx.Params(), jnp.ones(8))
+
+
+def test_params_must_come_first():
+    graph = bx.Graph("net")
+    rng = bx.Rng(graph / "rng")
+    lin = bx.Linear(graph / "l1", 4, rng=rng)
+    x = jnp.ones((2, 3))
+    _, params = lin(rng.seed(bx.Params(), seed=0), x)
+    swapped = r"Linear net/l1.__call__: expected Params, got an array of shape \(2, 3\)\. .*first"
+    with pytest.raises(TypeError, match=swapped):
+        lin(x, params)
+    with pytest.raises(TypeError, match=r"Linear net/l1.__call__: expected Params, got dict\."):
+        lin({}, x)
+
+
+def test_params_check_keeps_the_signature_and_reaches_user_modules():
+    class Scale(bx.Module):
+        def __call__(self, params, x):
+            """Multiply by a learnt scalar."""
+            s, params = self.get_param(params, "s", (), jax.nn.initializers.ones)
+            return x * s, params
+
+    assert Scale.__call__.__doc__ == "Multiply by a learnt scalar."
+    assert list(inspect.signature(Scale.__call__).parameters) == ["self", "params", "x"]
+    scale = Scale(bx.Graph("net") / "scale")
+    with pytest.raises(TypeError, match=r"Scale net/scale.__call__: expected Params, got float"):
+        scale(1.0, jnp.ones(2))
+    with pytest.raises(TypeError, match=r"Scale net/scale.get_param: expected Params, got list"):
+        scale.get_param([], "s", (), jax.nn.initializers.ones)
+
+
+def test_split_needs_a_callable():
+    with pytest.raises(
+        TypeError, match=r"Params.split expects pred\(path, param\) -> bool or None"
+    ):
+        bx.Params().split("trainable")

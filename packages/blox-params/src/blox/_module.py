@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,30 @@ if TYPE_CHECKING:
     from ._rng import Rng
 
 Initializer = Callable[..., Any]
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (jax.Array, np.ndarray)):
+        return f"an array of shape {tuple(value.shape)}"
+    return type(value).__name__
+
+
+def _params_first(call: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a subclass's ``__call__`` so that a call without ``Params`` first fails by name.
+
+    Without it, ``module(x, params)`` or ``module(x)`` fails deep inside the layer with an error
+    about array conversion that names neither the module nor the mistake. The check runs at
+    trace time only (once per ``jit`` trace), so it costs nothing in compiled code.
+    """
+
+    @functools.wraps(call)
+    def checked(self: Module, *args: Any, **kwargs: Any) -> Any:
+        if args and not isinstance(args[0], Params):
+            self._require_params(args[0], "__call__")
+        return call(self, *args, **kwargs)
+
+    checked._checks_params = True  # type: ignore[attr-defined]
+    return checked
 
 
 class Module:
@@ -45,6 +70,12 @@ class Module:
     """
 
     graph: Graph
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        call = cls.__dict__.get("__call__")
+        if call is not None and not getattr(call, "_checks_params", False):
+            cls.__call__ = _params_first(call)  # type: ignore[method-assign]
 
     def __init__(self, graph: Graph) -> None:
         if not isinstance(graph, Graph):
@@ -123,6 +154,7 @@ class Module:
             ...
             blox._errors.ParamShapeError: Parameter net/bias/b has shape (3,), but ... (4,). ...
         """
+        self._require_params(params, "get_param")
         path = (*self.graph.path, name)
         entry = params.get(path)
         if entry is not None:
@@ -130,6 +162,14 @@ class Module:
             self._check(path, value, shape, dtype)
             return value, params
         return self._create(params, path, shape, init, dtype, trainable, metadata, rng)
+
+    def _require_params(self, params: Any, method: str) -> None:
+        if not isinstance(params, Params):
+            raise TypeError(
+                f"{self.name}.{method}: expected Params, got {_describe(params)}. Modules are "
+                "called as `out, params = module(params, x)`, params first; start from "
+                "bx.Params() (seeded with rng.seed(...) when a module draws random init)."
+            )
 
     def set_param(self, params: Params, name: str, value: Any) -> Params:
         """Store a new value for an existing parameter (same shape and dtype); returns new params.
@@ -151,6 +191,7 @@ class Module:
             >>> int(n), int(params[('net', 'count', 'n')].value)
             (1, 2)
         """
+        self._require_params(params, "set_param")
         path = (*self.graph.path, name)
         entry = params.get(path)
         if entry is None:

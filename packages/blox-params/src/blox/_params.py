@@ -527,6 +527,11 @@ class Params(Mapping[Path, Param]):
         """
         if pred is None:
             pred = _is_trainable
+        elif not callable(pred):
+            raise TypeError(
+                f"Params.split expects pred(path, param) -> bool or None (split by trainable), "
+                f"got {pred!r:.60} ({type(pred).__name__})."
+            )
         picked = [bool(pred(path, param)) for path, param in self._params()]
         return self._subset(picked, True), self._subset(picked, False)
 
