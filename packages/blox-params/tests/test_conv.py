@@ -127,6 +127,8 @@ def test_conv_accepts_numpy_ints_and_lowercase_padding():
     conv = bx.Conv(graph / "c", np.int64(4), (np.int32(3),), rng=rng, padding="valid")
     y, _ = conv(params, jnp.ones((2, 5, 3)))
     assert y.shape == (2, 3, 4)
+    strided = bx.Conv(graph / "s", 4, np.array([3]), rng=rng, strides=np.array(2))
+    assert strided.kernel_size == (3,) and strided.strides == 2
 
 
 def test_conv_transpose_constructor_errors():

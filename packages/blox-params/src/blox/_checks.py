@@ -7,7 +7,6 @@ reports it where it was written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from ._module import Module
@@ -24,16 +23,20 @@ def positive_int(value: Any, what: str, module: Module) -> int:
 
 def positive_ints(value: Any, what: str, module: Module) -> int | tuple[int, ...]:
     """An int or a sequence of ints, each positive (per spatial dimension sizes, strides)."""
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        if not value or any(
-            isinstance(v, bool) or not hasattr(v, "__index__") or v <= 0 for v in value
-        ):
-            raise ValueError(
-                f"{module.name}: {what} must be a positive int or a non-empty sequence of "
-                f"positive ints (one per spatial dimension), got {value!r}."
-            )
-        return tuple(int(v) for v in value)
-    return positive_int(value, what, module)
+    try:
+        items = tuple(value) if not isinstance(value, str) else None
+    except TypeError:  # an int, a numpy int or a 0-d array
+        items = None
+    if items is None:
+        return positive_int(value, what, module)
+    if not items or any(
+        isinstance(v, bool) or not hasattr(v, "__index__") or v <= 0 for v in items
+    ):
+        raise ValueError(
+            f"{module.name}: {what} must be a positive int or a non-empty sequence of "
+            f"positive ints (one per spatial dimension), got {value!r}."
+        )
+    return tuple(int(v) for v in items)
 
 
 def check_padding(value: Any, module: Module) -> str | int | tuple[tuple[int, int], ...]:
