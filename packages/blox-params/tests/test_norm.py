@@ -60,6 +60,20 @@ def test_norm_constructor_errors():
         bx.BatchNorm(bx.Graph("net") / "bn", momentum=1.5)
 
 
+@pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf"), "1e-5", None])
+@pytest.mark.parametrize("cls", [bx.LayerNorm, bx.RMSNorm, bx.BatchNorm])
+def test_norm_eps_must_be_finite_and_non_negative(cls, eps):
+    with pytest.raises(
+        ValueError, match=rf"{cls.__name__} net/n: eps must be a finite number >= 0, got "
+    ):
+        cls(bx.Graph("net") / "n", eps=eps)
+
+
+def test_norm_eps_zero_and_numpy_scalars_are_accepted():
+    assert bx.LayerNorm(bx.Graph("net") / "n", eps=0).eps == 0.0
+    assert bx.GroupNorm(bx.Graph("net") / "n", 2, eps=np.float32(1e-3)).eps == pytest.approx(1e-3)
+
+
 def test_batch_norm_train_and_eval():
     bn = bx.BatchNorm(bx.Graph("net") / "bn", momentum=0.5)
     y, params = bn(bx.Params(), X, is_training=True)

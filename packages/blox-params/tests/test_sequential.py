@@ -48,3 +48,19 @@ def test_mlp_layers_activation_and_dropout():
     )
     with pytest.raises(TypeError, match=r"MLP net/mlp has dropout.*is_training=True"):
         mlp(params, x)
+
+
+@pytest.mark.parametrize("sizes", [[], (), 8])
+def test_mlp_needs_one_size_per_layer(sizes):
+    with pytest.raises(
+        ValueError, match=r"MLP net/mlp: output_sizes must list one size per layer.*got "
+    ):
+        bx.MLP(bx.Graph("net") / "mlp", sizes)
+
+
+def test_mlp_accepts_any_iterable_of_sizes():
+    graph = bx.Graph("net")
+    rng = bx.Rng(graph / "rng")
+    mlp = bx.MLP(graph / "mlp", (s for s in [4, 2]), rng=rng)
+    y, _ = mlp(rng.seed(bx.Params(), seed=0), jnp.ones((1, 3)))
+    assert y.shape == (1, 2)

@@ -7,6 +7,7 @@ reports it where it was written.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ._module import Module
@@ -19,6 +20,20 @@ def positive_int(value: Any, what: str, module: Module) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) <= 0:
         raise ValueError(f"{module.name}: {what} must be a positive int, got {value!r}.")
     return int(value)
+
+
+def non_negative_float(value: Any, what: str, module: Module) -> float:
+    """``value`` as a float if it is a finite real number >= 0 (a norm's ``eps``)."""
+    try:
+        number = float(value) if not isinstance(value, (bool, str)) else None
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not math.isfinite(number) or number < 0:
+        raise ValueError(
+            f"{module.name}: {what} must be a finite number >= 0, got {value!r}; a negative "
+            "value can make the normaliser divide by zero or by a negative variance."
+        )
+    return number
 
 
 def positive_ints(value: Any, what: str, module: Module) -> int | tuple[int, ...]:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from core_primitives import format_path
 
-from ._checks import positive_int
+from ._checks import non_negative_float, positive_int
 from ._dtypes import promote
 from ._graph import Graph
 from ._module import Initializer, Module
@@ -58,7 +58,7 @@ class _AffineNorm(Module):
         param_dtype: Any = jnp.float32,
     ) -> None:
         super().__init__(graph)
-        self.eps = eps
+        self.eps = non_negative_float(eps, "eps", self)
         self.use_scale = use_scale
         self.use_bias = use_bias
         self.scale_init = scale_init

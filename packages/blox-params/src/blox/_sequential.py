@@ -127,6 +127,12 @@ class MLP(Module):
         param_dtype: Any = jnp.float32,
     ) -> None:
         super().__init__(graph)
+        sizes = [] if isinstance(output_sizes, (int, str)) else list(output_sizes)
+        if not sizes:
+            raise ValueError(
+                f"{self.name}: output_sizes must list one size per layer, e.g. [128, 128, 10], "
+                f"got {output_sizes!r}."
+            )
         self.activation = activation
         self.activate_final = activate_final
         self.layers = [
@@ -140,7 +146,7 @@ class MLP(Module):
                 dtype=dtype,
                 param_dtype=param_dtype,
             )
-            for i, size in enumerate(output_sizes)
+            for i, size in enumerate(sizes)
         ]
         self.dropouts = [
             Dropout(graph / f"dropout_{i}", dropout_rate, rng=rng) if dropout_rate else None
