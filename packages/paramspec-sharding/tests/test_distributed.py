@@ -47,6 +47,24 @@ def test_make_global_batch_errors_name_the_leaf():
     assert "batch leaf y: 2 logical axes ('btch', None) for an array of rank 1" in text
 
 
+def test_make_global_batch_indivisible_rows_error_text():
+    mesh = ps.make_mesh((2, 4), ("data", "model"))
+    with pytest.raises(
+        ps.ShardingError,
+        match=r"batch leaf x: dim 0 \(logical axis 'batch'\) has size 5 in this process, not "
+        r"divisible by 2, the number of shards over mesh axes \('data',\) on this process's",
+    ):
+        ps.make_global_batch({"x": np.ones((5, 3))}, ("batch",), mesh, {"batch": "data"})
+
+
+def test_make_global_batch_logical_axes_none_replicates_and_bad_type_error():
+    mesh = ps.make_mesh((8,), ("data",))
+    batch = ps.make_global_batch({"x": np.ones((5, 3))}, None, mesh, {"batch": "data"})
+    assert tuple(batch["x"].sharding.spec) == (None, None)
+    with pytest.raises(TypeError, match=r"logical_axes: got 0, expected a tuple of logical axis"):
+        ps.make_global_batch({"x": np.ones((8, 3))}, 0, mesh, {"batch": "data"})
+
+
 def test_initialize_after_jax_started_says_when_to_call_it():
     jax.devices()
     with pytest.raises(RuntimeError, match=r"Call it at the very start of the program"):

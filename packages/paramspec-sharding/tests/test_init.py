@@ -199,3 +199,57 @@ def test_bad_initializer_output_names_path(mesh):
         match=r"initializer of net/w returned shape \(4,\) and dtype float32, expected \(4, 4\)",
     ):
         init({"net": {"w": spec}}, 0, mesh, RULES)
+
+
+def test_initializer_with_the_wrong_signature_names_path(mesh):
+    factory = ParamSpec((4, 4), ("embed", None), initializer=jax.nn.initializers.normal)
+    with pytest.raises(
+        TypeError,
+        match=r"initializer of net/w \(shape \(4, 4\), dtype float32\) failed: .*"
+        r"called as init\(key, shape, dtype\)",
+    ):
+        init({"net": {"w": factory}}, 0, mesh, RULES)
+    two_args = ParamSpec((4,), ("embed",), initializer=lambda k, s: jnp.ones(s))
+    with pytest.raises(TypeError, match=r"initializer of b \(shape \(4,\), dtype float32\) failed"):
+        init({"b": two_args}, 0, mesh, RULES)
+
+
+def test_initializer_returning_no_array_names_path(mesh):
+    # lecun_normal(key, shape, dtype) is accepted by the factory and returns a function.
+    spec = ParamSpec((4, 4), ("embed", None), initializer=jax.nn.initializers.lecun_normal)
+    with pytest.raises(
+        TypeError, match=r"initializer of w returned function, expected an array of shape \(4, 4\)"
+    ):
+        init({"w": spec}, 0, mesh, RULES)
+
+
+def test_initializer_errors_carry_the_path_as_a_note(mesh):
+    def needs_a_file(key, shape, dtype):
+        raise FileNotFoundError("embeddings.npy")
+
+    spec = ParamSpec((0, 4), (None, None), initializer=needs_a_file)
+    with pytest.raises(FileNotFoundError, match="embeddings.npy") as info:
+        init({"net": {"w": spec}}, 0, mesh, RULES)
+    assert "init(): raised by the initializer of net/w (shape (0, 4)" in info.value.__notes__[0]
+
+
+@pytest.mark.filterwarnings("ignore:Explicitly requested dtype float64")
+def test_float64_without_x64_says_how_to_enable_it(mesh):
+    spec = ParamSpec((4,), ("embed",), dtype=jnp.float64, initializer=jax.nn.initializers.ones)
+    with pytest.raises(ValueError, match=r"without 64-bit types.*jax_enable_x64"):
+        init({"w": spec}, 0, mesh, RULES)
+
+
+def test_a_batch_of_keys_is_refused(mesh):
+    with pytest.raises(TypeError, match=r"got a key array of shape \(2,\), expected a single key"):
+        init(specs(), jax.random.split(jax.random.key(0)), mesh, RULES)
+    with pytest.raises(ValueError, match=r"seed 1180591620717411303424 does not fit in 64 bits"):
+        init(specs(), 2**70, mesh, RULES)
+
+
+def test_key_committed_to_one_device_is_accepted(mesh):
+    expected = init(specs(), 4, mesh, RULES)
+    for key in (jax.random.PRNGKey(4), jax.random.key(4)):
+        committed = jax.device_put(key, jax.devices()[3])
+        params = init(specs(), committed, mesh, RULES)
+        np.testing.assert_array_equal(params["mlp"]["w"], expected["mlp"]["w"])

@@ -73,3 +73,19 @@ def test_bad_axis_types_error_text():
         ValueError, match=r"axis_types .* must be one jax.sharding.AxisType, or one per axis"
     ):
         make_mesh((2, 4), ("a", "b"), (AxisType.Auto,))
+
+
+def test_numpy_sizes_and_device_arrays():
+    import numpy as np
+
+    mesh = make_mesh((np.int64(2), 4), ("a", "b"))
+    assert dict(mesh.shape) == {"a": 2, "b": 4}
+    grid = np.array(jax.devices()).reshape(2, 4)  # as from mesh_utils.create_device_mesh
+    assert make_mesh((2, 4), ("a", "b"), devices=grid).devices.size == 8
+    with pytest.raises(TypeError, match=r"shape must be ints, got \(True, 8\)"):
+        make_mesh((True, 8), ("a", "b"))
+
+
+def test_axis_types_as_a_string_error_text():
+    with pytest.raises(TypeError, match=r"axis_types: got the string 'explicit', expected a"):
+        make_mesh((8,), ("a",), "explicit")  # type: ignore[arg-type]

@@ -119,3 +119,15 @@ def test_constrain_error_names_shape_and_problems(mesh):
         ShardingError, match=r"1 logical axes \('batch',\) for shape \(3, 8\) of rank 2"
     ):
         constrain(jnp.ones((3, 8)), ("batch",), mesh, RULES)
+
+
+def test_every_bad_rule_is_reported_at_once():
+    with pytest.raises(TypeError) as info:
+        Rules({1: "data", "embed": 3, "mlp": ("model", "model"), "ok": "data"})  # type: ignore[dict-item]
+    text = str(info.value)
+    assert "Rules: invalid entries (3 problems):" in text
+    assert "got 1 of type int. Use the names that ParamSpec logical_axes use" in text
+    assert "Rules['embed']: got 3, expected a mesh axis name" in text
+    assert "Rules['mlp']: got ('model', 'model'), which repeats a mesh axis" in text
+    with pytest.raises(ValueError, match=r"Rules: invalid entries \(2 problems\)"):
+        Rules({"a": ("x", "x"), "b": ("y", "y")})

@@ -79,3 +79,12 @@ def test_bad_dtype_error_text(dtype):
         TypeError, match=rf"ParamSpec dtype: got {dtype!r}, expected a dtype such as"
     ):
         ParamSpec((3,), ("a",), dtype=dtype)
+
+
+def test_bool_dimension_and_non_array_dtype_are_refused():
+    with pytest.raises(TypeError, match=r"shape: got \(True, 4\), expected a tuple of ints"):
+        ParamSpec((True, 4), ("a", "b"))
+    with pytest.raises(TypeError, match=r"dtype: got <class 'object'>, expected a dtype such as"):
+        ParamSpec((3,), ("a",), dtype=object)
+    with pytest.raises(TypeError, match=r"dtype: got 'U', expected a dtype"):
+        ParamSpec((3,), ("a",), dtype="U")

@@ -161,8 +161,10 @@ def make_global_batch(local_batch: Any, logical_axes: Any, mesh: Any, rules: Any
         The same pytree with global arrays.
 
     Raises:
-        ShardingError: unknown logical axes, or more logical axes than a leaf has dimensions
-            (each path listed).
+        ShardingError: unknown logical axes, more logical axes than a leaf has dimensions, or a
+            process-local dimension not divisible by the shards this process holds (each path
+            listed).
+        TypeError: ``logical_axes`` is not a tuple of names (``None`` replicates every leaf).
 
     Example:
         >>> import numpy as np, paramspec as ps
@@ -174,13 +176,13 @@ def make_global_batch(local_batch: Any, logical_axes: Any, mesh: Any, rules: Any
     """
     check_mesh("make_global_batch()", mesh)
     rules = as_rules(rules)
-    axes = (logical_axes,) if isinstance(logical_axes, str) else tuple(logical_axes)
+    axes = _batch_axes(logical_axes)
     pairs, treedef = jax.tree_util.tree_flatten_with_path(local_batch)
     problems: list[str] = []
     shardings = []
     for keypath, leaf in pairs:
         where = f"batch leaf {format_path(keypath_to_path(keypath)) or '<root>'}"
-        spec, found = _leaf_spec(where, axes, np.ndim(leaf), mesh, rules)
+        spec, found = _leaf_spec(where, axes, np.shape(leaf), mesh, rules)
         problems += found
         shardings.append(None if found else jax.sharding.NamedSharding(mesh, spec))
     raise_if_problems("make_global_batch()", mesh, problems)
@@ -191,12 +193,58 @@ def make_global_batch(local_batch: Any, logical_axes: Any, mesh: Any, rules: Any
     return jax.tree.unflatten(treedef, arrays)
 
 
-def _leaf_spec(where: str, axes: tuple[Any, ...], ndim: int, mesh: Any, rules: Any) -> Any:
+def _batch_axes(logical_axes: Any) -> tuple[Any, ...]:
+    if logical_axes is None:  # as for ParamSpec: every dimension replicated
+        return ()
+    if isinstance(logical_axes, str):
+        return (logical_axes,)
+    if not isinstance(logical_axes, Sequence):
+        raise TypeError(
+            f"make_global_batch(): logical_axes: got {logical_axes!r}, expected a tuple of logical "
+            'axis names for the leading dimensions, e.g. ("batch",) or ("batch", "seq").'
+        )
+    return tuple(logical_axes)
+
+
+def _leaf_spec(
+    where: str, axes: tuple[Any, ...], shape: tuple[int, ...], mesh: Any, rules: Any
+) -> Any:
+    ndim = len(shape)
     if len(axes) > ndim:
         return None, [
             f"{where}: {len(axes)} logical axes {axes} for an array of rank {ndim}; give at most "
             "one logical axis per dimension."
         ]
-    # Divisibility is left to JAX: the global shape is known only once every process's share
-    # is counted.
-    return resolve(where, axes + (None,) * (ndim - len(axes)), None, mesh, rules)
+    full = axes + (None,) * (ndim - len(axes))
+    spec, problems = resolve(where, full, None, mesh, rules)
+    if not problems:
+        # Only this process's rows are known here: they must split evenly over the shards that
+        # this process's devices hold (all shards, with one process).
+        for dim, entry in enumerate(spec):
+            problems += _local_divisibility(where, dim, full[dim], shape[dim], entry, mesh)
+    return spec, problems
+
+
+def _local_divisibility(
+    where: str, dim: int, name: Any, size: int, entry: Any, mesh: Any
+) -> list[str]:
+    if entry is None:
+        return []
+    mesh_axes = (entry,) if isinstance(entry, str) else tuple(entry)
+    parts = _local_shard_count(mesh, mesh_axes)
+    if size % parts == 0:
+        return []
+    return [
+        f"{where}: dim {dim} (logical axis {name!r}) has size {size} in this process, not "
+        f"divisible by {parts}, the number of shards over mesh axes {mesh_axes} on this "
+        f"process's devices. Give each process a multiple of {parts} along it (drop or pad "
+        f"the remainder), or map {name!r} to fewer mesh axes."
+    ]
+
+
+def _local_shard_count(mesh: Any, mesh_axes: tuple[str, ...]) -> int:
+    """How many distinct shards along ``mesh_axes`` this process's devices hold."""
+    local = np.vectorize(lambda d: d.process_index == jax.process_index())(mesh.devices)
+    columns = [list(mesh.axis_names).index(a) for a in mesh_axes]
+    coords = np.argwhere(local)[:, columns]
+    return len({tuple(c) for c in coords})

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
@@ -269,9 +270,14 @@ def init(specs: Any, key: Any, mesh: Any, rules: Any) -> Any:
 
 def _as_key(key: Any) -> Any:
     if isinstance(key, int | np.integer) and not isinstance(key, bool):
-        return jax.random.key(int(key))
+        return _seed_key(int(key))
     dtype = getattr(key, "dtype", None)
     if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if np.shape(key) != ():
+            raise TypeError(
+                f"init(): key: got a key array of shape {np.shape(key)}, expected a single key "
+                "(shape ()). Pass one key, e.g. keys[0] or jax.random.split(key)[0]."
+            )
         return key
     if dtype == np.uint32 and np.shape(key) == (2,):  # raw jax.random.PRNGKey data
         return key
@@ -279,6 +285,16 @@ def _as_key(key: Any) -> Any:
         f"init(): key: got {type(key).__name__} {_describe_key(key)}, expected a PRNG key such as "
         "jax.random.key(0) (or an int seed). Check the argument order: init(specs, key, mesh, rules)."
     )
+
+
+def _seed_key(seed: int) -> Any:
+    try:
+        return jax.random.key(seed)
+    except OverflowError as err:
+        raise ValueError(
+            f"init(): key: the int seed {seed} does not fit in 64 bits. Use a smaller seed, or "
+            "pass a jax.random.key."
+        ) from err
 
 
 def _describe_key(key: Any) -> str:
@@ -346,6 +362,7 @@ class _InitProgram:
     def __call__(self, key: Any) -> list[jax.Array]:
         if isinstance(key, jax.core.Tracer):  # inside jit/eval_shape: nest like any jitted call
             return self._jitted(key)  # type: ignore[no-any-return]
+        key = _uncommitted(key)
         aval = (getattr(key, "dtype", None), np.shape(key))
         compiled = self._compiled.get(aval)
         if compiled is None:
@@ -354,6 +371,18 @@ class _InitProgram:
             _release_free_heap()
             self._compiled[aval] = compiled
         return compiled(key)  # type: ignore[no-any-return]
+
+
+def _uncommitted(key: Any) -> Any:
+    """``key`` as host data, so that a key committed to one device (``device_put``, a restored
+    checkpoint) does not clash with the mesh-wide ``out_shardings`` ("incompatible devices").
+    A key spread over other processes' devices cannot be read here; it stays as it is."""
+    if not getattr(key, "committed", False) or not getattr(key, "is_fully_addressable", True):
+        return key
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        data = jnp.asarray(np.asarray(jax.random.key_data(key)))  # uncommitted copy
+        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(key))
+    return np.asarray(key)
 
 
 def _release_free_heap() -> None:
@@ -369,11 +398,48 @@ def _release_free_heap() -> None:
 
 def _create_leaf(path: str, spec: ParamSpec, key: Any) -> jax.Array:
     assert spec.initializer is not None  # ParamSpec fills in a default.
-    value = spec.initializer(key, spec.shape, spec.dtype)
+    value = _call_initializer(path, spec, key)
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        raise TypeError(
+            f"init(): the initializer of {path} returned {type(value).__name__}, expected an array "
+            f"of shape {spec.shape} and dtype {spec.dtype}. Pass an initializer, not a factory: "
+            "jax.nn.initializers.lecun_normal(), not jax.nn.initializers.lecun_normal."
+        )
     if tuple(value.shape) != spec.shape or value.dtype != spec.dtype:
         raise ValueError(
             f"init(): the initializer of {path} returned shape {tuple(value.shape)} and dtype "
-            f"{value.dtype}, expected {spec.shape} and {spec.dtype}. An initializer must honour "
-            "its arguments: init(key, shape, dtype), e.g. jnp.ones(shape, dtype)."
+            f"{value.dtype}, expected {spec.shape} and {spec.dtype}. "
+            + _dtype_hint(spec.dtype, value.dtype)
         )
     return value
+
+
+def _call_initializer(path: str, spec: ParamSpec, key: Any) -> Any:
+    assert spec.initializer is not None
+    try:
+        return spec.initializer(key, spec.shape, spec.dtype)
+    except TypeError as err:
+        # Usually the signature: a factory (jax.nn.initializers.normal) or a two-argument lambda.
+        raise TypeError(
+            f"init(): the initializer of {path} (shape {spec.shape}, dtype {spec.dtype}) failed: "
+            f"{err}. An initializer is called as init(key, shape, dtype) -> array, e.g. "
+            "jax.nn.initializers.normal(0.02) (note the call: normal itself is a factory)."
+        ) from err
+    except Exception as err:
+        err.add_note(
+            f"init(): raised by the initializer of {path} (shape {spec.shape}, dtype {spec.dtype})."
+        )
+        raise
+
+
+def _dtype_hint(wanted: Any, got: Any) -> str:
+    if jax.dtypes.canonicalize_dtype(wanted) != wanted:
+        # Without x64, JAX creates float32/int32 wherever float64/int64 is asked for.
+        return (
+            f"JAX is running without 64-bit types, so {wanted} arrays come out as {got}: enable "
+            "them with jax.config.update('jax_enable_x64', True), or use a 32-bit dtype."
+        )
+    return (
+        "An initializer must honour its arguments: init(key, shape, dtype), "
+        "e.g. jnp.ones(shape, dtype)."
+    )

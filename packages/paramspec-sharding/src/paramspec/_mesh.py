@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from jax.sharding import AxisType, Mesh
 
 
@@ -35,7 +36,7 @@ def make_mesh(
     Raises:
         ValueError: the sizes do not multiply to the device count, names repeat, or the lengths
             differ.
-        TypeError: a size is not an int or a name is not a string.
+        TypeError: a size is not an int, a name is not a string, or ``axis_types`` is a string.
 
     Example:
         >>> import paramspec as ps
@@ -44,6 +45,10 @@ def make_mesh(
         ({'data': 2, 'model': 4}, (Auto, Auto))
     """
     names = _check_names(axis_names)
+    if devices is not None:
+        # An array of devices (mesh_utils.create_device_mesh, mesh.devices) counts all its
+        # entries, not its first dimension.
+        devices = list(np.ravel(np.asarray(devices, dtype=object)))
     n_devices = len(devices) if devices is not None else jax.device_count()
     sizes = _resolve_sizes(shape, names, n_devices)
     types = _axis_types(axis_types, names)
@@ -60,9 +65,13 @@ def _check_names(axis_names: Sequence[str]) -> tuple[str, ...]:
 
 
 def _resolve_sizes(shape: Sequence[int], names: tuple[str, ...], n_devices: int) -> tuple[int, ...]:
-    sizes = (shape,) if isinstance(shape, int) else tuple(shape)
-    if not all(isinstance(s, int) for s in sizes):
-        raise TypeError(f"make_mesh: shape must be ints, got {sizes!r}.")
+    sizes = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+    if not all(isinstance(s, int | np.integer) and not isinstance(s, bool) for s in sizes):
+        raise TypeError(
+            f"make_mesh: shape must be ints, got {sizes!r}; pass one int size per axis, "
+            "e.g. make_mesh((2, 4), ('data', 'model'))."
+        )
+    sizes = tuple(int(s) for s in sizes)
     if len(sizes) != len(names):
         raise ValueError(
             f"make_mesh: shape {sizes} has {len(sizes)} axes but axis_names {names} has "
@@ -94,6 +103,11 @@ def _axis_types(axis_types: Any, names: tuple[str, ...]) -> tuple[AxisType, ...]
         return (AxisType.Auto,) * len(names)
     if isinstance(axis_types, AxisType):
         return (axis_types,) * len(names)
+    if isinstance(axis_types, str):
+        raise TypeError(
+            f"make_mesh: axis_types: got the string {axis_types!r}, expected a "
+            "jax.sharding.AxisType such as AxisType.Explicit (or one per axis)."
+        )
     types = tuple(axis_types)
     if len(types) != len(names) or not all(isinstance(t, AxisType) for t in types):
         raise ValueError(

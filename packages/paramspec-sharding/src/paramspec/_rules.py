@@ -28,7 +28,7 @@ class Rules(Mapping[str, MeshAxes]):
 
     Raises:
         TypeError: a name is not a string, or a value is not a str, tuple of str or None.
-        ValueError: one value repeats a mesh axis.
+        ValueError: one value repeats a mesh axis. Every bad entry is listed at once.
 
     Example:
         >>> rules = Rules({"embed": "model", "batch": ("data", "fsdp"), "vocab": None})
@@ -44,9 +44,14 @@ class Rules(Mapping[str, MeshAxes]):
                 f"Rules: got {type(rules).__name__}, expected a mapping from logical axis to mesh "
                 'axes, e.g. Rules({"embed": "model", "batch": "data", "vocab": None}).'
             )
-        self._rules: dict[str, MeshAxes] = {
-            _check_name(name): _normalise_value(name, value) for name, value in rules.items()
-        }
+        self._rules: dict[str, MeshAxes] = {}
+        errors: list[Exception] = []
+        for name, value in rules.items():
+            try:
+                self._rules[_check_name(name)] = _normalise_value(name, value)
+            except (TypeError, ValueError) as err:
+                errors.append(err)
+        _raise_rule_errors(errors)
 
     def __getitem__(self, name: str) -> MeshAxes:
         return self._rules[name]
@@ -84,9 +89,22 @@ def as_rules(rules: Any) -> Rules:
     return rules if isinstance(rules, Rules) else Rules(rules)
 
 
+def _raise_rule_errors(errors: list[Exception]) -> None:
+    """Raise the one problem as it is, or all of them at once (a TypeError if any is one)."""
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        kind = TypeError if any(isinstance(e, TypeError) for e in errors) else ValueError
+        raise kind(format_problems("Rules: invalid entries", [str(e) for e in errors]))
+
+
 def _check_name(name: Any) -> str:
     if not isinstance(name, str):
-        raise TypeError(f"Rules: logical axis names must be strings, got {name!r}.")
+        raise TypeError(
+            f"Rules: logical axis names must be strings, got {name!r} of type "
+            f"{type(name).__name__}. Use the names that ParamSpec logical_axes use, e.g. "
+            '{"embed": "model"}.'
+        )
     return name
 
 

@@ -39,7 +39,11 @@ def _dtype(value: Any) -> np.dtype:
     try:
         if value is None:
             raise TypeError("None is not a dtype")
-        return jnp.dtype(value)
+        dtype = jnp.dtype(value)
+        # numpy also reads object, str and datetime dtypes, which no JAX array can hold.
+        if dtype.kind in "OSUMm":
+            raise TypeError(f"{dtype} is not a JAX array dtype")
+        return dtype
     except TypeError as e:
         raise TypeError(
             f"ParamSpec dtype: got {value!r}, expected a dtype such as jnp.float32, jnp.bfloat16 "
@@ -126,7 +130,10 @@ def _normalise_shape(shape: Any) -> tuple[int, ...]:
     if isinstance(shape, int | np.integer):
         shape = (shape,)
     try:
-        dims = tuple(operator.index(d) for d in shape)
+        # operator.index takes True as 1: a bool is a mistake here, not a size.
+        dims = tuple(operator.index(d) for d in shape if not isinstance(d, bool | np.bool_))
+        if len(dims) != len(shape):
+            raise TypeError("a bool is not a dimension")
     except TypeError as err:
         raise TypeError(
             f"ParamSpec shape: got {shape!r}, expected a tuple of ints such as (768, 3072)."
