@@ -94,3 +94,9 @@ def test_rope_preserves_norm_and_relative_positions():
     a = jnp.sum(bx.rope(q, jnp.array([2])) * bx.rope(k, jnp.array([5])))
     b = jnp.sum(bx.rope(q, jnp.array([10])) * bx.rope(k, jnp.array([13])))
     np.testing.assert_allclose(a, b, rtol=1e-4)
+
+
+def test_batch_mismatch_between_x_and_kv_names_both_shapes():
+    mha, params = _mha(num_heads=2, head_dim=4)
+    with pytest.raises(ValueError, match=r"batch axes of x \(2, 5, 8\) and kv \(3, 7, 8\)"):
+        mha(params, jnp.ones((2, 5, 8)), kv=jnp.ones((3, 7, 8)))

@@ -1,5 +1,6 @@
 """Dropout."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -36,3 +37,12 @@ def test_is_training_is_required_and_rate_checked():
         drop(params, jnp.ones(4))  # type: ignore[call-arg]
     with pytest.raises(ValueError, match=r"rate must be in \[0, 1\), got 1.0"):
         _drop(1.0)
+
+
+def test_a_traced_is_training_and_a_non_number_rate_are_explained():
+    drop, params = _drop()
+    step = jax.jit(lambda p, x, training: drop(p, x, is_training=training))
+    with pytest.raises(TypeError, match=r"Dropout net/drop: is_training must be a Python bool"):
+        step(params, jnp.ones(4), True)
+    with pytest.raises(ValueError, match=r"rate must be in \[0, 1\), got 'half'"):
+        _drop("half")

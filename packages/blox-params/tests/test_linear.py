@@ -75,3 +75,11 @@ def test_embed_errors():
         embed(params, jnp.ones(3))
     with pytest.raises(ValueError, match=r"attend: inputs have \(3,\) features.*expected 4"):
         embed.attend(params, jnp.ones((2, 3)))
+
+
+def test_embed_attend_takes_nested_lists():
+    graph = bx.Graph("lm")
+    rng = bx.Rng(graph / "rng")
+    embed = bx.Embed(graph / "embed", vocab_size=5, embed_dim=2, rng=rng)
+    logits, _ = embed.attend(rng.seed(bx.Params(), seed=0), [[1.0, 0.0]])
+    assert logits.shape == (1, 5)

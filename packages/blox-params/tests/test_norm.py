@@ -116,3 +116,10 @@ def test_group_norm_matches_reference():
     assert params[("net", "gn", "bias")].shape == (4,)
     with pytest.raises(ValueError, match=r"channels divisible by num_groups=3; got shape"):
         bx.GroupNorm(bx.Graph("net") / "gn", num_groups=3)(bx.Params(), X)
+
+
+def test_batchnorm_explains_a_traced_is_training():
+    bn = bx.BatchNorm(bx.Graph("net") / "bn")
+    step = jax.jit(lambda p, x, training: bn(p, x, is_training=training))
+    with pytest.raises(TypeError, match=r"BatchNorm net/bn: .*static_argnames='is_training'"):
+        step(bx.Params(), jnp.ones((2, 3)), True)

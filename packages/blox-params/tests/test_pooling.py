@@ -25,3 +25,24 @@ def test_avg_pool_padding_counts():
 def test_pool_rank_error():
     with pytest.raises(ValueError, match=r"2-d window \(2, 2\) expects inputs.*x\[None\]"):
         bx.max_pool(jnp.ones((4, 4, 1)), (2, 2))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"window_shape": 2}, r"max_pool: window_shape must be a tuple of positive ints.*\(k, k\)"),
+        ({"window_shape": (0, 2)}, r"max_pool: window_shape must be a tuple of positive ints"),
+        ({"window_shape": (2, 2), "strides": (1,)}, r"max_pool: strides must be a tuple of 2 "),
+        ({"window_shape": (2, 2), "padding": [(1, 1)]}, r"max_pool: padding must be .* 2 \(low"),
+        ({"window_shape": (2, 2), "padding": "FULL"}, r"max_pool: padding must be 'SAME'"),
+    ],
+)
+def test_pool_argument_errors_name_the_function(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        bx.max_pool(jnp.ones((1, 4, 4, 2)), **kwargs)
+
+
+def test_pools_take_numpy_windows_and_pair_padding():
+    x = np.arange(8.0).reshape(1, 4, 2)
+    y = bx.avg_pool(x, np.array([2]), padding=[(1, 1)], count_include_pad=False)
+    np.testing.assert_allclose(y[:, :, 0], [[0.0, 3.0, 6.0]])

@@ -84,3 +84,25 @@ def test_hidden_size_must_be_positive(cls):
         ValueError, match=rf"{cls.__name__} net/cell: hidden_size must be a positive"
     ):
         cls(bx.Graph("net") / "cell", 0)
+
+
+@pytest.mark.parametrize("is_static", [True, False])
+def test_prev_state_is_cast_so_loop_and_scan_agree(is_static):
+    lstm, rng = _cell(bx.LSTM, is_static)
+    half = jnp.zeros((2, 8), jnp.bfloat16)
+    x = jnp.ones((2, 4, 3))
+    (ys, state), _ = lstm.apply(rng.seed(bx.Params(), seed=0), x, prev_state=(half, half))
+    assert isinstance(state, bx.LSTMState)
+    assert ys.dtype == state.cell.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("cls", [bx.LSTM, bx.GRU])
+def test_prev_state_of_wrong_shape_names_the_layer(cls):
+    cell, rng = _cell(cls, False)
+    params = rng.seed(bx.Params(), seed=0)
+    bad = cell.initial_state((2,))
+    bad = jax.tree.map(lambda a: jnp.zeros((2, 5), a.dtype), bad)
+    with pytest.raises(ValueError, match=r"cell: prev_state has array shapes .*\(2, 5\).*need"):
+        cell.apply(params, jnp.ones((2, 4, 3)), prev_state=bad)
+    with pytest.raises(ValueError, match=r"cell: state has array shapes"):
+        cell(params, jnp.ones((2, 3)), jnp.zeros((2, 8, 1)))

@@ -87,3 +87,15 @@ def test_stateful_block_inside_the_scan():
     assert int(new[counter].value) == int(params[counter].value) + 3  # one draw per layer
     assert new[mean].shape == (3, 4) and new[mean].trainable is False
     assert not np.allclose(new[mean].value, params[mean].value)
+
+
+def test_block_that_changes_the_shape_or_dtype_names_the_repeat():
+    graph = bx.Graph("net")
+    rng = bx.Rng(graph / "rng")
+    wide = bx.Repeat(graph / "wide", bx.Linear(graph / "wide" / "l", 8, rng=rng), 2, rng=rng)
+    params = rng.seed(bx.Params(), seed=0)
+    with pytest.raises(ValueError, match=r"Repeat net/wide: .*Linear net/wide/l.*\(2, 8\)"):
+        wide(params, jnp.ones((2, 4)))
+    half = bx.Linear(graph / "half" / "l", 4, rng=rng, dtype=jnp.bfloat16)
+    with pytest.raises(ValueError, match=r"Repeat net/half: .*bfloat16"):
+        bx.Repeat(graph / "half", half, 2, rng=rng)(params, jnp.ones((2, 4)))

@@ -64,3 +64,12 @@ def test_mlp_accepts_any_iterable_of_sizes():
     mlp = bx.MLP(graph / "mlp", (s for s in [4, 2]), rng=rng)
     y, _ = mlp(rng.seed(bx.Params(), seed=0), jnp.ones((1, 3)))
     assert y.shape == (1, 2)
+
+
+def test_sequential_reports_a_misspelt_keyword_before_running_layers():
+    graph = bx.Graph("net")
+    rng = bx.Rng(graph / "rng")
+    model = bx.Sequential(graph / "seq", [bx.Dropout(graph / "seq" / "drop", 0.5, rng=rng)])
+    params = rng.seed(bx.Params(), seed=0)
+    with pytest.raises(TypeError, match=r"\['is_trainig'\] that none.*Did you mean 'is_training'"):
+        model(params, jnp.ones(3), is_trainig=True)

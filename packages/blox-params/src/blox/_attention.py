@@ -41,7 +41,9 @@ class MultiHeadAttention(Module):
     ``y, params = mha(params, x, kv=None, mask=None, causal=False)``. Queries come from ``x``;
     keys and values from ``kv`` (default ``x``). ``mask`` is boolean (``True`` = attend),
     broadcastable to ``(..., num_heads, T, S)``: a key padding mask of shape ``(batch, S)`` is
-    passed as ``mask[:, None, None, :]``. ``causal=True`` lets query ``t`` see keys up to
+    passed as ``mask[:, None, None, :]``. A numeric mask is read as ``mask != 0`` (Flax's 0/1
+    float masks work); an additive mask (0 / -inf) is not supported, convert it with
+    ``mask == 0``. ``causal=True`` lets query ``t`` see keys up to
     ``t + S - T`` (queries aligned to the end of the keys, as when decoding with a cache).
 
     Args:
@@ -145,6 +147,14 @@ class MultiHeadAttention(Module):
                 f"{self.name} expects inputs (..., T, features), got x {x.shape} and kv "
                 f"{kv.shape}. For a single token use x[None]."
             )
+        try:
+            jnp.broadcast_shapes(x.shape[:-2], kv.shape[:-2])
+        except ValueError as err:  # else a bare einsum error about label sizes
+            raise ValueError(
+                f"{self.name}: the batch axes of x {x.shape} and kv {kv.shape} (all but the last "
+                f"two) do not match: {x.shape[:-2]} vs {kv.shape[:-2]}. Queries and keys must "
+                "come from the same examples."
+            ) from err
         q, params = self._project(params, "query", x, self.num_heads)  # (..., T, H, hd)
         k, params = self._project(params, "key", kv, self.num_kv_heads)  # (..., S, K, hd)
         v, params = self._project(params, "value", kv, self.num_kv_heads)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import jax
+
 from ._module import Module
 
 PADDING_MODES = ("SAME", "SAME_LOWER", "VALID")
@@ -76,3 +78,19 @@ def check_padding(value: Any, module: Module) -> str | int | tuple[tuple[int, in
             f"or a sequence of (low, high) int pairs, got {value!r}."
         )
     return pairs
+
+
+def static_flag(value: Any, what: str, module: Module) -> bool:
+    """``value`` as a Python bool; a traced flag (a jitted argument) gets a message.
+
+    ``is_training`` picks which computation to trace, so it must be known at trace time;
+    without this check the user sees JAX's TracerBoolConversionError pointing inside blox.
+    """
+    try:
+        return bool(value)
+    except jax.errors.ConcretizationTypeError as err:
+        raise TypeError(
+            f"{module.name}: {what} must be a Python bool, but it is a traced array (passed "
+            "through jax.jit, vmap or scan as an argument). Make it static: "
+            f"jax.jit(step, static_argnames='{what}'), or close over it."
+        ) from err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ._checks import static_flag
 from ._errors import RngError
 from ._graph import Graph
 from ._module import Module
@@ -38,7 +39,7 @@ class Dropout(Module):
 
     def __init__(self, graph: Graph, rate: float, *, rng: Rng | None = None) -> None:
         super().__init__(graph)
-        if not 0.0 <= float(rate) < 1.0:
+        if not _is_rate(rate):
             raise ValueError(
                 f"{self.name}: rate must be in [0, 1), got {rate!r}. rate is the probability "
                 "of dropping an element; 1.0 would drop everything."
@@ -55,9 +56,16 @@ class Dropout(Module):
         self, params: Params, x: jax.Array, *, is_training: bool
     ) -> tuple[jax.Array, Params]:
         """Apply dropout when ``is_training`` (draws one key), otherwise return ``x`` unchanged."""
-        if not is_training or self.rate == 0.0:
+        if not static_flag(is_training, "is_training", self) or self.rate == 0.0:
             return x, params
         key, params = self.rng(params)
         keep = jax.random.bernoulli(key, 1.0 - self.rate, jnp.shape(x))
         scaled = x / jnp.asarray(1.0 - self.rate, dtype=jnp.result_type(x))
         return jnp.where(keep, scaled, jnp.zeros_like(scaled)), params
+
+
+def _is_rate(rate: object) -> bool:
+    try:
+        return 0.0 <= float(rate) < 1.0  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # a string or None: report it as a bad rate
+        return False

@@ -148,6 +148,7 @@ class Embed(Module):
 
     def attend(self, params: Params, x: jax.Array) -> tuple[jax.Array, Params]:
         """Tied-weight logits ``x @ table.T``: ``(..., embed_dim)`` -> ``(..., vocab_size)``."""
+        x = jnp.asarray(x)
         table, params = self._table(params)
         if x.shape[-1:] != (self.embed_dim,):
             raise ValueError(

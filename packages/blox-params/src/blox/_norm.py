@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from core_primitives import format_path
 
-from ._checks import non_negative_float, positive_int
+from ._checks import non_negative_float, positive_int, static_flag
 from ._dtypes import promote
 from ._graph import Graph
 from ._module import Initializer, Module
@@ -242,7 +242,7 @@ class BatchNorm(_AffineNorm):
         )
         var, params = self.get_param(params, "var", features, _ones, jnp.float32, trainable=False)
         x32 = x.astype(jnp.float32)
-        if is_training:
+        if static_flag(is_training, "is_training", self):
             batch_mean, batch_var = self._batch_stats(params, x32)
             m = self.momentum
             params = self.set_param(params, "mean", m * mean + (1 - m) * batch_mean)

@@ -7,24 +7,66 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Padding = str | Sequence[tuple[int, int]]
 
 
+def _sizes(value: Any, what: str, fn: str, n: int | None) -> tuple[int, ...]:
+    """``value`` as a tuple of positive ints (``n`` of them when given), else a ``ValueError``.
+
+    Without it an int window fails as "'int' object is not iterable" and a short strides tuple
+    as a reduce_window error about 4-d windows the caller never wrote.
+    """
+    try:
+        items = tuple(value)
+    except TypeError:
+        items = ()
+    ok = items and all(hasattr(v, "__index__") and not isinstance(v, bool) for v in items)
+    if not ok or any(int(v) <= 0 for v in items) or (n is not None and len(items) != n):
+        count = f"{n} " if n is not None else ""
+        raise ValueError(
+            f"{fn}: {what} must be a tuple of {count}positive ints, one per spatial dimension, "
+            f"got {value!r}. For a square 2-d window write (k, k), not k."
+        )
+    return tuple(int(v) for v in items)
+
+
+def _pads(padding: Any, n: int, fn: str) -> Any:
+    if isinstance(padding, str):
+        if padding.upper() not in ("SAME", "SAME_LOWER", "VALID"):
+            raise ValueError(
+                f"{fn}: padding must be 'SAME', 'VALID' or 'SAME_LOWER', got {padding!r}."
+            )
+        return padding.upper()
+    try:
+        pairs = tuple((int(lo), int(hi)) for lo, hi in padding)
+    except (TypeError, ValueError):
+        pairs = ()
+    if len(pairs) != n or any(lo < 0 or hi < 0 for lo, hi in pairs):
+        raise ValueError(
+            f"{fn}: padding must be a mode name or {n} (low, high) pairs of ints >= 0, one per "
+            f"spatial dimension, got {padding!r}."
+        )
+    return ((0, 0), *pairs, (0, 0))
+
+
 def _window(
-    x: jax.Array, window_shape: Sequence[int], strides: Sequence[int] | None, padding: Padding
+    fn: str,
+    x: jax.Array,
+    window_shape: Sequence[int],
+    strides: Sequence[int] | None,
+    padding: Padding,
 ) -> tuple[tuple[int, ...], tuple[int, ...], Any]:
-    window = tuple(window_shape)
+    window = _sizes(window_shape, "window_shape", fn, None)
     n = len(window)
     if x.ndim != n + 2:
         raise ValueError(
-            f"pooling with a {n}-d window {window} expects inputs (batch, {n} spatial dims, "
+            f"{fn}: a {n}-d window {window} expects inputs (batch, {n} spatial dims, "
             f"channels) = {n + 2} dimensions, got shape {x.shape}. For one example use x[None]."
         )
-    strides = tuple(strides) if strides is not None else window
-    dims, steps = (1, *window, 1), (1, *strides, 1)
-    pad = padding if isinstance(padding, str) else ((0, 0), *padding, (0, 0))
-    return dims, steps, pad
+    steps = window if strides is None else _sizes(strides, "strides", fn, n)
+    return (1, *window, 1), (1, *steps, 1), _pads(padding, n, fn)
 
 
 def max_pool(
@@ -40,7 +82,8 @@ def max_pool(
         >>> max_pool(jnp.arange(8.0).reshape(1, 4, 2), (2,))[0, :, 0].tolist()
         [2.0, 6.0]
     """
-    dims, steps, pad = _window(x, window_shape, strides, padding)
+    x = jnp.asarray(x)
+    dims, steps, pad = _window("max_pool", x, window_shape, strides, padding)
     return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, dims, steps, pad)
 
 
@@ -57,7 +100,8 @@ def min_pool(
         >>> min_pool(jnp.arange(8.0).reshape(1, 4, 2), (2,))[0, :, 0].tolist()
         [0.0, 4.0]
     """
-    dims, steps, pad = _window(x, window_shape, strides, padding)
+    x = jnp.asarray(x)
+    dims, steps, pad = _window("min_pool", x, window_shape, strides, padding)
     return jax.lax.reduce_window(x, jnp.inf, jax.lax.min, dims, steps, pad)
 
 
@@ -75,10 +119,11 @@ def avg_pool(
         >>> avg_pool(jnp.arange(8.0).reshape(1, 4, 2), (2,))[0, :, 0].tolist()
         [1.0, 5.0]
     """
-    dims, steps, pad = _window(x, window_shape, strides, padding)
+    x = jnp.asarray(x)
+    dims, steps, pad = _window("avg_pool", x, window_shape, strides, padding)
     total = jax.lax.reduce_window(x, 0.0, jax.lax.add, dims, steps, pad)
     if count_include_pad:
-        return total / float(jnp.prod(jnp.array(window_shape)))
+        return total / float(np.prod(dims))
     ones = jnp.ones(x.shape[1:-1], x.dtype)[None, ..., None]
     counts = jax.lax.reduce_window(ones, 0.0, jax.lax.add, dims, steps, pad)
     return total / counts

@@ -83,9 +83,31 @@ class _Recurrent(Module):
         ``(..., features)``; ``state=None`` starts from zeros."""
         x = jnp.asarray(x)
         w, params = self._weights(params, x.shape[-1])
-        if state is None:
-            state = self.initial_state(x.shape[:-1], self._compute_dtype(x, w))
+        state = self._start(state, x.shape[:-1], self._compute_dtype(x, w), "state")
         return self._step(w, state, x), params
+
+    def _start(self, state: Any, batch_shape: tuple[int, ...], dtype: Any, what: str) -> Any:
+        """The carry to start from: zeros for ``None``, else ``state`` checked and cast.
+
+        Casting to the computation dtype keeps ``lax.scan``'s carry type fixed (a bfloat16
+        state with float32 params would otherwise fail in scan but pass the static loop), and a
+        plain ``(hidden, cell)`` tuple becomes an ``LSTMState``. A wrong shape would otherwise
+        surface as a bare ``dot_general`` or scan carry error.
+        """
+        zeros = self.initial_state(batch_shape, dtype)
+        if state is None:
+            return zeros
+        want, treedef = jax.tree.flatten(zeros)
+        got = jax.tree.leaves(state)
+        got_shapes = [tuple(jnp.shape(s)) for s in got]
+        if got_shapes != [w.shape for w in want]:
+            raise ValueError(
+                f"{self.name}: {what} has array shapes {got_shapes}, but inputs with batch shape "
+                f"{tuple(batch_shape)} need {[w.shape for w in want]} (each (*batch, "
+                f"hidden_size={self.hidden_size})). Pass the state a previous call returned, or "
+                "layer.initial_state(batch_shape)."
+            )
+        return jax.tree.unflatten(treedef, [jnp.asarray(s, w.dtype) for s, w in zip(got, want)])
 
     def _compute_dtype(self, x: jax.Array, w: dict[str, Any]) -> Any:
         return self.dtype or jnp.result_type(x, *w.values())
@@ -113,9 +135,8 @@ class _Recurrent(Module):
             )
         # Create params from shapes only: running a step here would trace the cell twice.
         w, params = self._weights(params, inputs.shape[-1])
-        state = prev_state
-        if state is None:
-            state = self.initial_state(inputs.shape[:-2], self._compute_dtype(inputs, w))
+        dtype = self._compute_dtype(inputs, w)
+        state = self._start(prev_state, inputs.shape[:-2], dtype, "prev_state")
         xs = jnp.moveaxis(inputs, -2, 0)
         if self.is_static:
             outputs = []
@@ -134,6 +155,10 @@ class LSTM(_Recurrent):
     ``(outputs, state), params = lstm.apply(params, inputs, prev_state=None)`` runs a sequence
     ``(..., T, features)``; ``is_static=True`` unrolls a Python loop (debuggable, same result),
     ``False`` uses ``lax.scan``. One step: ``(h, state), params = lstm(params, x_t, state)``.
+    A given state is cast to the computation dtype; a ``(hidden, cell)`` tuple is accepted.
+
+    As in Haiku, 1 is added to the forget gate's pre-activation (on top of ``bias``), so a
+    fresh cell starts out remembering; keep that in mind when porting weights from PyTorch.
 
     Args:
         graph: the node to bind to.

@@ -81,13 +81,29 @@ class Repeat(Module):
 
         def step(carry: tuple[Any, Params], layer_params: Params) -> Any:
             h, outer = carry
-            h, merged = self.layer(outer.merge(layer_params), h, **kwargs)
+            out, merged = self.layer(outer.merge(layer_params), h, **kwargs)
+            h = self._check_carry(h, out)
             new_layer, outer = merged.split(self._is_mine)
             return (h, outer), new_layer
 
         body = jax.checkpoint(step) if self.remat else step
         (y, rest), stacked = jax.lax.scan(body, (x, rest), stacked)
         return y, params.merge(rest).merge(stacked)
+
+    def _check_carry(self, before: Any, after: Any) -> Any:
+        """``after`` if it has ``before``'s structure, shapes and dtypes (the scan carry).
+
+        Otherwise ``lax.scan`` fails with a carry-type error naming neither module.
+        """
+        types = [jax.tree.map(lambda a: (tuple(a.shape), str(a.dtype)), t) for t in (before, after)]
+        if types[0] != types[1]:
+            raise ValueError(
+                f"{self.name}: the repeated layer {self.layer.name} must return outputs shaped "
+                f"like its inputs (they feed the next copy), got {types[0]} in and {types[1]} "
+                "out (shape, dtype). Make the block map features to the same size and dtype, "
+                "e.g. end it with a Linear back to the input width."
+            )
+        return after
 
     def _init(self, params: Params, x: Any, kwargs: dict[str, Any]) -> Params:
         if params.is_locked:

@@ -9,6 +9,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from core_primitives import did_you_mean
+
 from ._dropout import Dropout
 from ._graph import Graph
 from ._linear import Linear
@@ -67,21 +69,29 @@ class Sequential(Module):
         ]
 
     def __call__(self, params: Params, x: Any, **kwargs: Any) -> tuple[Any, Params]:
-        used: set[str] = set()
+        self._check_kwargs(kwargs)
         for layer, accepted in zip(self.layers, self._kwargs):
             if isinstance(layer, Module):
                 mine = {k: v for k, v in kwargs.items() if accepted is None or k in accepted}
-                used.update(mine)
                 x, params = layer(params, x, **mine)
             else:
                 x = layer(x)
-        unused = set(kwargs) - used
+        return x, params
+
+    def _check_kwargs(self, kwargs: dict[str, Any]) -> None:
+        # Before running any layer: a misspelt `is_trainig=` would otherwise surface first as a
+        # layer's "missing argument is_training" that names neither the typo nor the path.
+        known: set[str] = set()
+        for accepted in self._kwargs:
+            if accepted is None:  # a layer taking **kwargs accepts anything
+                return
+            known |= accepted
+        unused = sorted(set(kwargs) - known)
         if unused:
             raise TypeError(
-                f"{self.name} got keyword arguments {sorted(unused)} that none of its layers "
-                "accepts. Check the spelling, or drop them."
+                f"{self.name} got keyword arguments {unused} that none of its layers "
+                f"accepts. Check the spelling, or drop them.{did_you_mean(unused[0], known)}"
             )
-        return x, params
 
 
 class MLP(Module):
