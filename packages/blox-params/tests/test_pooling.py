@@ -34,7 +34,10 @@ def test_pool_rank_error():
         ({"window_shape": (0, 2)}, r"max_pool: window_shape must be a tuple of positive ints"),
         ({"window_shape": (2, 2), "strides": (1,)}, r"max_pool: strides must be a tuple of 2 "),
         ({"window_shape": (2, 2), "padding": [(1, 1)]}, r"max_pool: padding must be .* 2 \(low"),
-        ({"window_shape": (2, 2), "padding": "FULL"}, r"max_pool: padding must be 'SAME'"),
+        (
+            {"window_shape": (2, 2), "padding": "FULL"},
+            r"max_pool: padding 'FULL' is not a padding mode",
+        ),
     ],
 )
 def test_pool_argument_errors_name_the_function(kwargs, match):
@@ -46,3 +49,10 @@ def test_pools_take_numpy_windows_and_pair_padding():
     x = np.arange(8.0).reshape(1, 4, 2)
     y = bx.avg_pool(x, np.array([2]), padding=[(1, 1)], count_include_pad=False)
     np.testing.assert_allclose(y[:, :, 0], [[0.0, 3.0, 6.0]])
+
+
+def test_pool_int_padding_pads_every_side():
+    x = jnp.arange(8.0).reshape(1, 4, 2)
+    np.testing.assert_array_equal(
+        bx.max_pool(x, (2,), padding=1), bx.max_pool(x, (2,), padding=[(1, 1)])
+    )

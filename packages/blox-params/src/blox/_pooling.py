@@ -9,44 +9,40 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-Padding = str | Sequence[tuple[int, int]]
+from ._checks import check_padding, positive_ints
+
+Padding = str | int | Sequence[tuple[int, int]]
 
 
 def _sizes(value: Any, what: str, fn: str, n: int | None) -> tuple[int, ...]:
-    """``value`` as a tuple of positive ints (``n`` of them when given), else a ``ValueError``.
+    """``value`` as a tuple of positive ints, ``n`` of them when given.
 
-    Without it an int window fails as "'int' object is not iterable" and a short strides tuple
-    as a reduce_window error about 4-d windows the caller never wrote.
+    A bare int is refused: a pooling window has no layer to say how many spatial dimensions it
+    spans, and an int window would otherwise fail as "'int' object is not iterable".
     """
     try:
-        items = tuple(value)
-    except TypeError:
-        items = ()
-    ok = items and all(hasattr(v, "__index__") and not isinstance(v, bool) for v in items)
-    if not ok or any(int(v) <= 0 for v in items) or (n is not None and len(items) != n):
+        sizes = positive_ints(value, what, fn)
+    except ValueError:  # its message offers a bare int, which is refused here
+        sizes = 0
+    if isinstance(sizes, int) or (n is not None and len(sizes) != n):
         count = f"{n} " if n is not None else ""
         raise ValueError(
             f"{fn}: {what} must be a tuple of {count}positive ints, one per spatial dimension, "
             f"got {value!r}. For a square 2-d window write (k, k), not k."
         )
-    return tuple(int(v) for v in items)
+    return sizes
 
 
 def _pads(padding: Any, n: int, fn: str) -> Any:
-    if isinstance(padding, str):
-        if padding.upper() not in ("SAME", "SAME_LOWER", "VALID"):
-            raise ValueError(
-                f"{fn}: padding must be 'SAME', 'VALID' or 'SAME_LOWER', got {padding!r}."
-            )
-        return padding.upper()
-    try:
-        pairs = tuple((int(lo), int(hi)) for lo, hi in padding)
-    except (TypeError, ValueError):
-        pairs = ()
+    """``padding`` for ``reduce_window``: a mode name, or one pair per input dimension."""
+    pad = check_padding(padding, fn)
+    if isinstance(pad, str):
+        return pad
+    pairs = ((pad, pad),) * n if isinstance(pad, int) else pad
     if len(pairs) != n or any(lo < 0 or hi < 0 for lo, hi in pairs):
         raise ValueError(
-            f"{fn}: padding must be a mode name or {n} (low, high) pairs of ints >= 0, one per "
-            f"spatial dimension, got {padding!r}."
+            f"{fn}: padding must be a mode name, an int or {n} (low, high) pairs of ints >= 0, "
+            f"one per spatial dimension, got {padding!r}."
         )
     return ((0, 0), *pairs, (0, 0))
 
