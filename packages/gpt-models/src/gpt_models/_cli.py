@@ -65,18 +65,17 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--process-id", type=int, default=None, help="multi-host: this process's index")
 
 
-def _run_args(p: argparse.ArgumentParser, sections: str) -> None:
+def _run_args(p: argparse.ArgumentParser, keys: str, example: str) -> None:
     p.add_argument("--run", default=None, metavar="RUN",
                    help="the run folder made by `gpt train`, e.g. runs/tiny-20250101-120000")  # fmt: skip
     # The positional form (`gpt sample runs/x`) predates --run; kept working, left out of --help.
     p.add_argument("run_dir", nargs="?", default=None, help=argparse.SUPPRESS)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help=f"override a key of the run's config ({sections}), e.g. "
-                        f"--set {sections.split(',')[0].strip().replace('*', 'x')}=...")  # fmt: skip
+                   help=f"override {keys} of the run's config, e.g. --set {example} (repeatable)")  # fmt: skip
 
 
 def _sample_parser(p: argparse.ArgumentParser) -> None:
-    _run_args(p, "sample.*")
+    _run_args(p, "sample.* keys", "sample.max_new_tokens=32")
     p.add_argument("--prompt", default=None,
                    help="text to continue (default: sample.prompt of the run's config)")  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, default=None,
@@ -88,7 +87,7 @@ def _sample_parser(p: argparse.ArgumentParser) -> None:
 
 
 def _eval_parser(p: argparse.ArgumentParser) -> None:
-    _run_args(p, "data.*, train.eval_batches")
+    _run_args(p, "data.* keys or train.eval_batches", "train.eval_batches=4")
 
 
 def _config_parser(p: argparse.ArgumentParser) -> None:
