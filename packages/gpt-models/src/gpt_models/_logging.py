@@ -19,8 +19,8 @@ def check_wandb(cfg: Config) -> None:
         import wandb  # noqa: F401
     except ImportError as err:
         raise ConfigError(
-            f"log.wandb = {cfg.log.wandb!r} (--wandb {cfg.log.wandb}) needs the wandb package, which "
-            f"is not installed ({err}). Install the extra with `pip install 'gpt-models[wandb]'`, "
+            f"log.wandb = {cfg.log.wandb!r} needs the wandb package, which is not installed "
+            f"({err}). Install the extra with `pip install 'gpt-models[wandb]'`, "
             "or train without wandb (drop --wandb, or --set log.wandb=disabled): the metrics are "
             "saved in the run folder's metrics/ either way."
         ) from err
