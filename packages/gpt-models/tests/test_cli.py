@@ -133,6 +133,10 @@ def test_resume_needs_a_run_folder(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"--resume {tmp_path}: not a run folder (has no config.toml)" in err
     assert "e.g. --resume runs/<name>" in err and "Traceback" not in err
+    (tmp_path / "config.toml").write_text("")
+    assert main(["train", "--resume", str(tmp_path), "--config", "tiny"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume takes the run's own config.toml; do not pass --config with it" in err
 
 
 @pytest.mark.parametrize("command", [["eval"], ["sample", "--prompt", "hi"]])

@@ -96,6 +96,8 @@ def test_config_show_errors_exit_2(tmp_path, capsys):
     assert "Unknown preset 'gpt2-smal'. Did you mean 'gpt2-small'?" in capsys.readouterr().err
     assert main(["config", "show", "--run", str(tmp_path)]) == 2
     assert f"--run {tmp_path}: not a run folder" in capsys.readouterr().err
+    assert main(["config", "show", "--run", str(tmp_path), "--config", "tiny"]) == 2
+    assert "takes --run or --config, not both" in capsys.readouterr().err
 
 
 def test_unknown_key_suggests_and_lists():
