@@ -10,11 +10,23 @@ import dataclasses
 
 import pytest
 
-from gpt_models import PRESETS, Config
+from gpt_models import PRESETS, Config, main
+
+# `gpt train` flags for the same small run as small_config(), with checkpoints at steps 3 and 6.
+SMALL_ARGS = [
+    "--set", "model.seq_len=32", "--set", "model.d_model=32", "--set", "model.n_layers=2",
+    "--set", "model.n_heads=2", "--set", "train.steps=6", "--set", "train.batch_size=8",
+    "--set", "train.warmup_steps=1", "--set", "train.eval_every=3", "--set", "train.eval_batches=2",
+    "--set", "train.checkpoint_every=3", "--set", "sample.max_new_tokens=8", "--set", "mesh.data=8",
+]  # fmt: skip
 
 
 def small_config(**sections) -> Config:
-    """A model and run small enough to compile and train in seconds on a shared 2-core CPU."""
+    """A model and run small enough to compile and train in seconds on a shared 2-core CPU.
+
+    ``small_config(train={"steps": 20})`` changes keys of a section. Tests take it through the
+    ``make_config`` fixture; test_train.py and test_muon.py still load it from this file by path.
+    """
     base = PRESETS["tiny"]
     cfg = dataclasses.replace(
         base,
@@ -40,3 +52,25 @@ def small_config(**sections) -> Config:
 @pytest.fixture
 def small() -> Config:
     return small_config()
+
+
+@pytest.fixture
+def make_config():
+    """``make_config(train={...}, mesh={...})``: the small config with some keys changed."""
+    return small_config
+
+
+@pytest.fixture
+def gpt_train(tmp_path):
+    """``gpt_train(*flags)``: ``gpt train`` of the small run into ``tmp_path/run``; the exit status."""
+
+    def run(*flags: str) -> int:
+        return main(["train", "--out", str(tmp_path), "--name", "run", *SMALL_ARGS, *flags])
+
+    return run
+
+
+@pytest.fixture
+def small_args() -> list[str]:
+    """The ``--set`` flags of the small run, for ``gpt train`` calls that choose their own folder."""
+    return list(SMALL_ARGS)

@@ -6,28 +6,15 @@ import jax
 import numpy as np
 import pytest
 
-from gpt_models import _config
-from gpt_models._cli import main
-from gpt_models._loop import load_run
-
-SMALL = [
-    "--set", "model.seq_len=32", "--set", "model.d_model=32", "--set", "model.n_layers=2",
-    "--set", "model.n_heads=2", "--set", "train.steps=6", "--set", "train.batch_size=8",
-    "--set", "train.warmup_steps=1", "--set", "train.eval_every=3", "--set", "train.eval_batches=2",
-    "--set", "train.checkpoint_every=3", "--set", "sample.max_new_tokens=8", "--set", "mesh.data=8",
-]  # fmt: skip
-
-
-def _train(tmp_path, *extra):
-    return main(["train", "--out", str(tmp_path), "--name", "run", *SMALL, *extra])
+from gpt_models import load_config, load_run, main
 
 
 def _params(run):
     return jax.tree.map(np.asarray, load_run(run)[1])
 
 
-def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys):
-    assert _train(tmp_path) == 0
+def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys, gpt_train):
+    assert gpt_train() == 0
     run = tmp_path / "run"
     out = capsys.readouterr()
     assert "--- sample ---" in out.out and "val loss" in out.out
@@ -37,7 +24,7 @@ def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys):
         3,
         6,
     ]
-    cfg = _config.load_config(str(run / "config.toml"))
+    cfg = load_config(str(run / "config.toml"))
     assert cfg.train.steps == 6 and cfg.model.d_model == 32
 
     assert main(["eval", "--run", str(run)]) == 0
@@ -51,11 +38,19 @@ def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys):
     assert main(["sample", "--run", str(run), "--prompt", "The ", "--max-new-tokens", "100"]) == 2
     assert "exceeds the model's context, model.seq_len = 32" in capsys.readouterr().err
 
+    # Without --prompt, sample.prompt of the run's config ("The "); --set changes [sample] keys.
+    sets = ["--set", "sample.max_new_tokens=5", "--set", "sample.temperature=0"]
+    assert main(["sample", "--run", str(run), *sets]) == 0
+    assert capsys.readouterr().out == text
+    assert main(["sample", "--run", str(run), *sets, "--set", "sample.prompt=Th"]) == 0
+    assert capsys.readouterr().out.startswith("Th")
+
     # Sampling reads only the params: without the optimizer state on disk it still works.
     shutil.rmtree(run / "checkpoints" / "6" / "train")
     assert main(["sample", "--run", str(run), *greedy]) == 0
     assert capsys.readouterr().out == text
-    assert main(["eval", "--run", str(run)]) == 0
+    assert main(["eval", "--run", str(run), "--set", "train.eval_batches=1"]) == 0
+    assert capsys.readouterr().out.startswith("val_loss ")
 
     # Resume from step 3 (as if interrupted there): the result is bit-for-bit the uninterrupted one.
     final = _params(run)
@@ -66,12 +61,30 @@ def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
+    ("command", "key", "allowed"),
+    [
+        ("sample", "model.d_model=64", "only sample.* can be set here"),
+        ("eval", "sample.prompt=x", "only data.* and train.eval_batches can be set here"),
+    ],
+)
+def test_sample_and_eval_refuse_keys_fixed_by_the_run(tmp_path, capsys, command, key, allowed):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.toml").write_text("")
+    assert main([command, "--run", str(tmp_path / "run"), "--set", key]) == 2
+    err = capsys.readouterr().err
+    assert f"gpt {command} --set {key.split('=')[0]}: {allowed}" in err
+    assert f"fixed by the run it trained ({tmp_path / 'run'}/config.toml)" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--set", "model.d_modle=3"], "Unknown config key 'model.d_modle'. Did you mean 'model.d_model'?"),
         (["--set", "train.lr=fast"], "train.lr got 'fast', expected a number"),
-        (["--set", "model.norm=batchnorm"], "expected one of 'layernorm', 'rmsnorm'"),
-        (["--set", "train.optimizer=sgd"], "train.optimizer got 'sgd', expected one of 'adamw', 'muon'"),
+        (["--set", "model.norm=batchnorm"], "model.norm = 'batchnorm' must be one of 'layernorm', 'rmsnorm'"),
+        (["--set", "train.optimizer=sgd"], "train.optimizer = 'sgd' must be one of 'adamw', 'muon'"),
+        (["--set", "train.warmup_steps=-1"], "train.warmup_steps = -1 must be >= 0"),
         (["--config", "gpt3"], "Unknown preset 'gpt3'"),
         (["--set", "data.path=/nonexistent/data.txt"], "Data path /nonexistent/data.txt does not exist"),
         (["--set", "mesh.data=3"], "Impossible mesh: mesh.data=3, mesh.fsdp=1, mesh.tensor=1"),
@@ -79,35 +92,37 @@ def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys):
          "Impossible mesh for this model"),
         (["--mesh", "dat=2"], "--mesh expects comma-separated AXIS=SIZE"),
         (["--name", "../escape"], "Run name '../escape' is not a plain folder name"),
+        (["--set", "model.d_model"], "--set expects KEY=VALUE, got 'model.d_model'"),
     ],
 )  # fmt: skip
-def test_user_errors_exit_2_with_a_message(tmp_path, capsys, args, message):
-    assert main(["train", "--out", str(tmp_path), *SMALL, *args]) == 2
+def test_user_errors_exit_2_with_a_message(tmp_path, capsys, small_args, args, message):
+    assert main(["train", "--out", str(tmp_path), *small_args, *args]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path.parent / "escape").exists()
+    assert not any(tmp_path.iterdir())  # nothing was written: no run folder
 
 
-def test_short_data_file(tmp_path, capsys):
+def test_short_data_file(tmp_path, capsys, gpt_train):
     data = tmp_path / "tiny.txt"
     data.write_text("abc" * 20)
-    assert _train(tmp_path, "--set", f"data.path={data}") == 2
+    assert gpt_train("--set", f"data.path={data}") == 2
     err = capsys.readouterr().err
     assert f"Data {data} is too short: its validation split has 6 tokens" in err
     assert "model.seq_len = 32 needs at least" in err and "--set model.seq_len=" in err
     assert "Traceback" not in err
 
 
-def test_missing_data_file_lists_what_data_path_accepts(tmp_path, capsys):
-    assert _train(tmp_path, "--set", f"data.path={tmp_path / 'nope.txt'}") == 2
+def test_missing_data_file_lists_what_data_path_accepts(tmp_path, capsys, gpt_train):
+    assert gpt_train("--set", f"data.path={tmp_path / 'nope.txt'}") == 2
     err = capsys.readouterr().err
     assert f"Data path {tmp_path / 'nope.txt'} does not exist" in err
     assert "a text file, a folder of text files, a nanoGPT uint16 .bin file" in err
     assert 'data.path="" for the embedded corpus' in err and "Traceback" not in err
 
 
-def test_impossible_mesh_lists_shapes_that_fit(tmp_path, capsys):
-    assert _train(tmp_path, "--set", "mesh.data=3") == 2
+def test_impossible_mesh_lists_shapes_that_fit(capsys, gpt_train):
+    assert gpt_train("--set", "mesh.data=3") == 2
     err = capsys.readouterr().err
     assert "needs 3 devices, but 8 are available (cpu)" in err and "Shapes that fit:" in err
     assert "Traceback" not in err
@@ -118,6 +133,10 @@ def test_resume_needs_a_run_folder(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"--resume {tmp_path}: not a run folder (has no config.toml)" in err
     assert "e.g. --resume runs/<name>" in err and "Traceback" not in err
+    (tmp_path / "config.toml").write_text("")
+    assert main(["train", "--resume", str(tmp_path), "--config", "tiny"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume takes the run's own config.toml; do not pass --config with it" in err
 
 
 @pytest.mark.parametrize("command", [["eval"], ["sample", "--prompt", "hi"]])
@@ -131,7 +150,7 @@ def test_sample_and_eval_name_a_missing_run_folder(tmp_path, capsys, command):
 
 
 @pytest.mark.parametrize("command", [["eval"], ["sample", "--prompt", "hi"]])
-def test_sample_and_eval_need_exactly_one_run_folder(tmp_path, capsys, command):
+def test_sample_and_eval_need_exactly_one_run_folder(capsys, command):
     assert main(command) == 2
     assert (
         f"gpt {command[0]} needs the run folder to read: none was given" in capsys.readouterr().err
@@ -141,21 +160,33 @@ def test_sample_and_eval_need_exactly_one_run_folder(tmp_path, capsys, command):
     assert "got two run folders, --run runs/a and runs/b" in err and "Traceback" not in err
 
 
-def test_nan_after_a_checkpoint_keeps_the_last_good_one(tmp_path, capsys):
+def test_nan_after_a_checkpoint_keeps_the_last_good_one(tmp_path, capsys, gpt_train):
     # lr is 0 in the first step (warmup), then huge: step 2's update blows the params up.
     lr = ["--set", "train.lr=1e30", "--set", "train.grad_clip=0", "--set", "train.warmup_steps=5"]
     every = ["--set", "train.checkpoint_every=1", "--set", "train.steps=8"]
-    assert _train(tmp_path, *lr, *every) == 1
+    assert gpt_train(*lr, *every) == 1
     err = capsys.readouterr().err
     saved = load_run(tmp_path / "run")[2]
     assert f"the last good checkpoint (step {saved}) is intact" in err and saved >= 1
     assert "Training diverged: the loss is " in err and f"at step {saved + 1}." in err
 
 
-def test_nan_loss_stops_with_a_clear_message(tmp_path, capsys):
-    assert _train(tmp_path, "--set", "train.lr=1e30", "--set", "train.grad_clip=0") == 1
+def test_nan_loss_stops_with_a_clear_message(capsys, gpt_train):
+    assert gpt_train("--set", "train.lr=1e30", "--set", "train.grad_clip=0") == 1
     err = capsys.readouterr().err
     assert "Training diverged: the loss is nan" in err and "Try --set train.lr=" in err
+
+
+def test_a_run_shorter_than_its_warmup_trains_with_a_note(tmp_path, capsys, gpt_train):
+    # The tiny preset warms up for 30 steps; a 5-step run cuts that to 10% of the run, and says so.
+    assert gpt_train("--set", "train.warmup_steps=30", "--set", "train.steps=5") == 0
+    err = capsys.readouterr().err
+    assert (
+        "note: train.warmup_steps = 30 does not fit in train.steps = 5; this run warms up for 0 "
+        in err
+    )
+    assert load_config(str(tmp_path / "run" / "config.toml")).train.warmup_steps == 0
+    assert load_run(tmp_path / "run")[2] == 5
 
 
 def test_argparse_errors_and_module_entry_point():
@@ -166,14 +197,40 @@ def test_argparse_errors_and_module_entry_point():
     assert "invalid choice: 'trian'" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_wandb_flag_selects_a_local_wandb_logger(tmp_path):
-    import lox
-    from gpt_models._loop import _loggers
+def test_train_help_points_to_config_show(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--help"])
+    assert exit_.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "every config key with its value and meaning: gpt config show" in out
 
-    cfg = _config.apply_overrides(_config.PRESETS["tiny"], {"log.wandb": "offline"})
-    logger = _loggers(cfg, tmp_path)
-    wandb = [x for x in logger.loggers if isinstance(x, lox.WandbLogger)]
-    assert len(wandb) == 1 and wandb[0].init_kwargs["mode"] == "offline"
-    assert wandb[0].init_kwargs["dir"] == str(tmp_path)  # wandb files stay in the run folder
-    default = _loggers(_config.PRESETS["tiny"], tmp_path)
-    assert not any(isinstance(x, lox.WandbLogger) for x in default.loggers)
+
+@pytest.mark.parametrize("flag", [["--wandb", "offline"], ["--set", "log.wandb=online"]])
+def test_wandb_without_the_extra_exits_2_before_creating_the_run(tmp_path, capsys, monkeypatch,
+                                                                 gpt_train, flag):  # fmt: skip
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` now raises ImportError
+    assert gpt_train(*flag) == 2
+    err = capsys.readouterr().err
+    assert "needs the wandb package, which is not installed" in err
+    assert "pip install 'gpt-models[wandb]'" in err and "lox-logging" not in err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+def test_wandb_flag_selects_a_wandb_logger_in_the_run_folder(tmp_path, monkeypatch, gpt_train):
+    import lox
+
+    class Stop(Exception):
+        pass
+
+    made = []
+
+    def fake_wandb_logger(**kwargs):
+        made.append(kwargs)
+        raise Stop  # the logger's arguments are all this test needs: stop before training
+
+    monkeypatch.setattr(lox, "WandbLogger", fake_wandb_logger)
+    with pytest.raises(Stop):
+        gpt_train("--wandb", "offline")
+    assert len(made) == 1 and made[0]["mode"] == "offline" and made[0]["name"] == "run"
+    assert made[0]["dir"] == str(tmp_path / "run")  # wandb files stay in the run folder
+    assert made[0]["config"]["train"]["steps"] == 6

@@ -1,9 +1,14 @@
 import numpy as np
 import pytest
 
-from gpt_models import DataError, default_corpus
-from gpt_models._config import DataConfig
-from gpt_models._data import eval_batches, load_dataset, train_batch
+from gpt_models import (
+    DataConfig,
+    DataError,
+    default_corpus,
+    eval_batches,
+    load_dataset,
+    train_batch,
+)
 
 
 def test_default_corpus_is_pydoc_topics():

@@ -1,20 +1,10 @@
-import importlib.util
 import io
 import os
-import pathlib
 import signal
 
 import pytest
 
-# Load this folder's conftest by path: a bare `import conftest` can pick up another package's.
-_spec = importlib.util.spec_from_file_location(
-    "_gpt_tests_conftest", pathlib.Path(__file__).with_name("conftest.py")
-)
-_conftest = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_conftest)
-small_config = _conftest.small_config
-
-from gpt_models._loop import Interrupted, load_run, train  # noqa: E402
+from gpt_models import TrainingInterrupted, UsageError, load_run, train
 
 
 class _SignalOnStart(io.StringIO):
@@ -44,10 +34,11 @@ def handlers():
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_signal_finishes_the_step_saves_and_the_run_resumes(tmp_path, handlers, signum):
-    cfg = small_config(train={"checkpoint_every": 0}, mesh={"data": -1}, log={"every": 1})
+def test_signal_finishes_the_step_saves_and_the_run_resumes(tmp_path, handlers, make_config,
+                                                            signum):  # fmt: skip
+    cfg = make_config(train={"checkpoint_every": 0}, mesh={"data": -1}, log={"every": 1})
     run = tmp_path / "run"
-    with pytest.raises(Interrupted) as stop:
+    with pytest.raises(TrainingInterrupted) as stop:
         train(cfg, run, stream=_SignalOnStart(signum), write_sample=False)
     assert stop.value.signum == signum and stop.value.step == 1
     assert load_run(run)[2] == 1  # the checkpoint of the finished step is restorable
@@ -56,9 +47,20 @@ def test_signal_finishes_the_step_saves_and_the_run_resumes(tmp_path, handlers, 
     assert result.step == cfg.train.steps and load_run(run)[2] == cfg.train.steps
 
 
-def test_an_ignored_sigint_stays_ignored(tmp_path, handlers):
+def test_an_ignored_sigint_stays_ignored(tmp_path, handlers, make_config):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    cfg = small_config(train={"checkpoint_every": 0}, mesh={"data": -1}, log={"every": 1})
+    cfg = make_config(train={"checkpoint_every": 0}, mesh={"data": -1}, log={"every": 1})
     result = train(cfg, tmp_path / "run", stream=_SignalOnStart(signal.SIGINT), write_sample=False)
     assert result.step == cfg.train.steps  # the SIGINT sent at step 1 did not stop the run
     assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+def test_a_folder_with_checkpoints_is_not_overwritten(tmp_path, make_config):
+    cfg = make_config(train={"steps": 2, "eval_every": 2, "checkpoint_every": 0}, mesh={"data": -1})
+    run = tmp_path / "run"
+    train(cfg, run, stream=io.StringIO(), write_sample=False)
+    with pytest.raises(UsageError) as info:
+        train(cfg, run, stream=io.StringIO(), write_sample=False)
+    assert f"{run} already holds checkpoints (steps [2]). Resume it with" in str(info.value)
+    assert f"`gpt train --resume {run}`, or pick another --name" in str(info.value)
+    assert load_run(run)[2] == 2

@@ -1,11 +1,16 @@
 import io
+import re
+import sys
 import types
 
 import jax.numpy as jnp
+import matplotlib
+import matplotlib.axes
 import numpy as np
+import pytest
 
 import lox
-from gpt_models._progress import Progress, _last_per_step, peak_flops, plot_losses
+from gpt_models import peak_flops, plot_losses, train
 
 
 def _device(kind, platform="gpu"):
@@ -19,28 +24,49 @@ def test_peak_flops_table_dtype_and_override():
     assert peak_flops([_device("cpu", "cpu")], jnp.float32) > 1e8  # measured matmul throughput
 
 
-def test_progress_line_reports_loss_rate_mfu_and_eta():
+def test_progress_lines_report_loss_val_rate_mfu_and_eta(tmp_path, make_config):
     out = io.StringIO()
-    bar = Progress(
-        100, 0, tokens_per_step=1000, flops_per_token=1e6, peak=1e10, every=10, stream=out
+    cfg = make_config(train={"peak_flops": 1e12}, mesh={"data": -1}, log={"every": 1})
+    result = train(cfg, tmp_path / "run", stream=out, write_sample=False)
+    lines = [x for x in out.getvalue().splitlines() if x.startswith("step")]
+    assert len(lines) == cfg.train.steps  # not a terminal: one line per update, none rewritten
+    pattern = (
+        r"step (\d)/6 \[[#.]{20}\] loss \d+\.\d{3}( \| val \d+\.\d{3})? \| \d+\.\dk tok/s \| "
+        r"MFU \d+\.\d% \| ETA \d+m\d\ds"
     )
-    bar.update(1, 3.0)  # first step: compilation, not timed
-    bar.timer_start -= 1.0  # pretend one second passed for 10 more steps
-    bar.update(11, 2.5, force=True)
-    line = out.getvalue().strip()
-    assert line.startswith("step  11/100 [##") and "loss 2.500" in line
-    tps, mfu = bar.rates(11)
-    assert 9_000 < tps <= 10_000 and mfu == tps * 1e6 / 1e10  # MFU = flops/token * tok/s / peak
-    assert "k tok/s" in line and "MFU" in line and "ETA" in line
+    assert all(re.fullmatch(pattern, x) for x in lines), lines
+    assert lines[-1].startswith("step 6/6 [####################]") and "| val " in lines[-1]
+    assert "| val " not in lines[1] and "| val " in lines[2]  # evaluated every 3 steps
+    assert result.tokens_per_s > 0 and 0 < result.mfu < 1  # against the 1e12 FLOP/s given
 
 
-def test_loss_plot_keeps_the_last_value_of_a_repeated_step(tmp_path):
+@pytest.fixture
+def svg_backend():
+    """The user's matplotlib backend is svg for the test, and is put back after."""
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")
+    yield
+    matplotlib.use(before)
+
+
+def test_loss_plot_keeps_the_users_backend_and_the_last_value_of_a_step(tmp_path, monkeypatch,
+                                                                         svg_backend):  # fmt: skip
     # A resumed run logs the steps after its last checkpoint again; the plot keeps the later value.
     logs = lox.logdict(
         {"loss": np.array([3.0, 2.0, 9.0, 1.5]), "val_loss": np.array([2.2])},
         steps={"loss": {"step": np.array([0, 1, 1, 2])}, "val_loss": {"step": np.array([2])}},
     )
-    steps, values = _last_per_step(logs, "loss")
-    assert steps.tolist() == [0, 1, 2] and values.tolist() == [3.0, 9.0, 1.5]
+    plotted = []
+    original = matplotlib.axes.Axes.plot
+
+    def spy(ax, x, y, **kwargs):
+        plotted.append((kwargs["label"], list(x), list(y)))
+        return original(ax, x, y, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
     plot_losses(logs, tmp_path / "loss.png")
     assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert plotted == [("train", [0, 1, 2], [3.0, 9.0, 1.5]), ("val", [2], [2.2])]
+    assert matplotlib.get_backend() == "svg"  # not switched to Agg behind the user's back
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    assert pyplot is None or pyplot.get_fignums() == []  # no figure left in pyplot's registry

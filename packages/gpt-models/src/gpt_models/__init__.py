@@ -1,10 +1,11 @@
 """gpt-models: GPT language models on paramspec, lox, optax and orbax; train, resume, evaluate, sample.
 
-The CLI ``gpt`` (``gpt train``, ``gpt sample``, ``gpt eval``) is the usual entry point; the library
-exposes the same pieces: configs and presets, the byte tokenizer and data, the model's ``forward``,
-``generate`` and ``train``.
+The CLI ``gpt`` (``gpt train``, ``gpt sample``, ``gpt eval``, ``gpt config show``) is the usual entry
+point; the library exposes the same pieces: configs and presets, the byte tokenizer and data, the
+model's ``forward``, ``generate``, ``train`` and ``load_run``.
 """
 
+from ._cli import main as main
 from ._config import PRESETS as PRESETS
 from ._config import Config as Config
 from ._config import DataConfig as DataConfig
@@ -13,17 +14,27 @@ from ._config import MeshConfig as MeshConfig
 from ._config import ModelConfig as ModelConfig
 from ._config import SampleConfig as SampleConfig
 from ._config import TrainConfig as TrainConfig
-from ._config import load_config as load_config
+from ._config_io import apply_overrides as apply_overrides
+from ._config_io import load_config as load_config
+from ._data import Dataset as Dataset
 from ._data import default_corpus as default_corpus
+from ._data import eval_batches as eval_batches
+from ._data import load_dataset as load_dataset
+from ._data import train_batch as train_batch
 from ._errors import ConfigError as ConfigError
 from ._errors import DataError as DataError
 from ._errors import TrainingDivergedError as TrainingDivergedError
 from ._errors import UsageError as UsageError
+from ._loop import RunResult as RunResult
 from ._loop import train as train
 from ._model import GPT as GPT
 from ._model import forward as forward
 from ._model import init_params as init_params
+from ._progress import peak_flops as peak_flops
+from ._progress import plot_losses as plot_losses
+from ._runs import load_run as load_run
 from ._sample import generate as generate
+from ._signals import TrainingInterrupted as TrainingInterrupted
 from ._tokenizer import ByteTokenizer as ByteTokenizer
 
 __version__ = "0.1.0"

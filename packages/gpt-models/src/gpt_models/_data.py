@@ -51,7 +51,7 @@ def load_dataset(cfg: DataConfig, *, seq_len: int, vocab_size: int) -> Dataset:
             split, or token ids that do not fit ``vocab_size``.
 
     Example:
-        >>> from gpt_models._config import DataConfig
+        >>> from gpt_models import DataConfig, load_dataset
         >>> ds = load_dataset(DataConfig(), seq_len=64, vocab_size=256)
         >>> len(ds.train) > 9 * len(ds.val) > 0
         True
@@ -165,6 +165,8 @@ def train_batch(
     ``[p * m / P, (p + 1) * m / P)`` of each micro-batch of ``m`` rows.
 
     Example:
+        >>> import numpy as np
+        >>> from gpt_models import train_batch
         >>> toks = np.arange(1000)
         >>> a = train_batch(toks, 7, seed=0, batch_size=4, grad_accum=2, seq_len=8)
         >>> a.shape, bool((a == train_batch(toks, 7, seed=0, batch_size=4, grad_accum=2, seq_len=8)).all())
@@ -190,6 +192,12 @@ def eval_batches(
     """Fixed, evenly spaced validation windows: ``(n_batches, rows, seq_len + 1)`` int32.
 
     The same windows at every evaluation, so val losses of different steps (and runs) compare.
+
+    Example:
+        >>> import numpy as np
+        >>> from gpt_models import eval_batches
+        >>> eval_batches(np.arange(100), n_batches=2, batch_size=3, seq_len=4)[:, :, 0].tolist()
+        [[0, 19, 38], [57, 76, 95]]
     """
     starts = np.linspace(0, len(tokens) - seq_len - 1, n_batches * batch_size).astype(np.int64)
     starts = starts.reshape(n_batches, batch_size)

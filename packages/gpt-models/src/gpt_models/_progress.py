@@ -2,7 +2,7 @@
 
 MFU (model FLOPs utilisation) = ``flops_per_token * tokens_per_second / peak_flops``, where
 ``flops_per_token = 6 * N_matmul + 12 * n_layers * d_model * seq_len`` (see
-``gpt_models._model.flops_per_token``) and ``peak_flops`` is the mesh's total peak: the vendor's dense
+``flops_per_token`` in ``_model.py``) and ``peak_flops`` is the mesh's total peak: the vendor's dense
 bf16 figure per accelerator (half of it for float32 compute, i.e. TF32) times the device count, or on
 CPU the measured throughput of a large float32 matmul in this process (CPUs publish no useful peak).
 ``train.peak_flops`` overrides it.
@@ -53,7 +53,17 @@ def measured_cpu_flops() -> float:
 
 
 def peak_flops(devices: list[Any], compute_dtype: Any, override: float = 0.0) -> float:
-    """Total peak FLOP/s of ``devices`` for the MFU denominator (``override`` if positive)."""
+    """Total peak FLOP/s of ``devices`` for the MFU denominator (``override`` if positive).
+
+    The formula and the table are in this module's docstring and ``docs/gpt_models.md``; 0 for an
+    accelerator not in the table (MFU then shows 0).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from gpt_models import peak_flops
+        >>> peak_flops(jax.devices()[:2], jnp.float32, override=1e12)
+        1000000000000.0
+    """
     if override > 0:
         return override
     kind = devices[0].device_kind
@@ -137,14 +147,29 @@ class Progress:
             self.stream.flush()
 
 
-def plot_losses(metrics: Any, path: Path) -> None:
-    """``loss.png``: train loss per step and val loss at each evaluation, nats per token."""
-    import matplotlib
+def plot_losses(metrics: Any, path: str | Path) -> None:
+    """Save a PNG of the train loss per step and the val loss at each evaluation (nats per token).
 
-    matplotlib.use("Agg")  # no display needed; never opens a window
-    import matplotlib.pyplot as plt
+    ``metrics`` is a lox logdict, e.g. ``lox.load("runs/<name>/metrics/run_0")``; a step logged
+    twice (a resumed run repeats the steps after its last checkpoint) keeps its later value. The
+    figure is drawn on its own Agg canvas: matplotlib's backend and pyplot's figures are untouched.
 
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    Example:
+        >>> import tempfile, numpy as np, lox
+        >>> from gpt_models import plot_losses
+        >>> logs = lox.logdict({"loss": np.array([3.0, 2.5])},
+        ...                    steps={"loss": {"step": np.array([0, 1])}})
+        >>> path = tempfile.mkdtemp() + "/loss.png"
+        >>> plot_losses(logs, path)
+        >>> open(path, "rb").read(4)
+        b'\\x89PNG'
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4), dpi=100)
+    FigureCanvasAgg(fig)  # attaches itself to fig: savefig renders with Agg, whatever the backend
+    ax = fig.add_subplot()
     for key, label in (("loss", "train"), ("val_loss", "val")):
         if key in metrics:
             steps, values = _last_per_step(metrics, key)
@@ -155,7 +180,6 @@ def plot_losses(metrics: Any, path: Path) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
 
 
 def _last_per_step(metrics: Any, key: str) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,172 @@
+"""What each ``gpt`` command does, given its parsed arguments (the parser is ``_cli.py``).
+
+Each returns the exit status; user mistakes raise ``UsageError`` and ``_cli.main`` prints them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from core_primitives import list_alternatives
+
+from ._config import Config, fit_warmup
+from ._config_io import apply_overrides, dumps, load_config, parse_set, valid_keys
+from ._errors import ConfigError, UsageError
+from ._runs import check_run_folder, new_run_dir, run_config
+
+# The keys `gpt sample` / `gpt eval` may override: the rest (shapes above all) is fixed by the run.
+_SAMPLE_KEYS = ("sample.",)
+_EVAL_KEYS = ("data.", "train.eval_batches")
+
+
+def train(args: argparse.Namespace) -> int:
+    """``gpt train``: resolve the config, train in a new (or the resumed) run folder, report."""
+    _maybe_distributed(args)
+    import jax
+
+    from ._loop import train as run_training
+    from ._signals import TrainingInterrupted
+
+    if args.resume:
+        run = check_run_folder(args.resume, flag="--resume")
+    elif args.name is None and jax.process_count() > 1:
+        raise UsageError(
+            "Multi-process training needs an explicit --name (the same on every process)."
+        )
+    else:
+        run = new_run_dir(args.out, args.name, args.config)
+    cfg = _train_config(args)
+    started = time.perf_counter()
+    try:
+        result = run_training(cfg, run, resume=bool(args.resume))
+    except TrainingInterrupted as stop:
+        print(
+            f"\nStopped by signal {stop.signum} after step {stop.step}; checkpoint saved. Continue with:"
+            f"\n  gpt train --resume {run}",
+            file=sys.stderr,
+        )
+        return 128 + stop.signum
+    minutes = (time.perf_counter() - started) / 60
+    print(
+        f"\nDone in {minutes:.1f} min: step {result.step}, train loss {result.loss:.4f}, "
+        f"val loss {result.val_loss:.4f} nats/token, {result.tokens_per_s / 1e3:.1f}k tok/s, "
+        f"MFU {100 * result.mfu:.1f}%.\nRun folder: {run} (config.toml, checkpoints/, metrics/, "
+        f"loss.png, sample.txt)\n\n--- sample ---\n{result.sample}\n--------------",
+    )
+    return 0
+
+
+def show_config(args: argparse.Namespace) -> int:
+    """``gpt config show``: the config ``gpt train`` would run with the same flags, as TOML."""
+    if args.run and args.config:
+        raise UsageError(
+            "gpt config show takes --run or --config, not both: a run's config is its config.toml."
+        )
+    base = run_config(args.run) if args.run else load_config(args.config or "tiny")
+    cfg, note = fit_warmup(apply_overrides(base, parse_set(args.overrides), from_text=True))
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    print(dumps(cfg), end="")
+    return 0
+
+
+def sample(args: argparse.Namespace) -> int:
+    """``gpt sample``: text from a run's newest checkpoint; defaults from its ``[sample]``."""
+    from ._inference import sample_text
+    from ._runs import load_run
+
+    run = _chosen_run(args)
+    cfg, params, _ = load_run(run, _run_config(args, run, _SAMPLE_KEYS))
+    try:
+        text = sample_text(
+            params, cfg, prompt=args.prompt, max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        )  # fmt: skip
+    except ValueError as err:  # too long for the context, empty prompt
+        raise UsageError(str(err)) from err
+    print(text)
+    return 0
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    """``gpt eval``: print ``val_loss <x>`` of a run's newest checkpoint."""
+    from ._inference import evaluate_run
+
+    run = _chosen_run(args)
+    print(f"val_loss {evaluate_run(run, _run_config(args, run, _EVAL_KEYS)):.6f}")
+    return 0
+
+
+def _maybe_distributed(args: argparse.Namespace) -> None:
+    # Only when asked: auto-detection is for clusters and must not slow down a laptop run.
+    if args.coordinator or args.num_processes or os.environ.get("JAX_COORDINATOR_ADDRESS"):
+        import paramspec as ps
+
+        ps.initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+
+
+def _train_config(args: argparse.Namespace) -> Config:
+    overrides = parse_set(args.overrides)
+    if args.mesh:
+        overrides |= _parse_mesh(args.mesh)
+    if args.wandb:
+        overrides["log.wandb"] = args.wandb
+    if args.resume:
+        if args.config:
+            raise ConfigError(
+                "--resume takes the run's own config.toml; do not pass --config with it."
+            )
+        base = load_config(str(Path(args.resume) / "config.toml"))
+    else:
+        base = load_config(args.config or "tiny")
+    return apply_overrides(base, overrides, from_text=True)
+
+
+def _parse_mesh(text: str) -> dict[str, str]:
+    out = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or key.strip() not in ("data", "fsdp", "tensor"):
+            raise ConfigError(
+                f"--mesh expects comma-separated AXIS=SIZE with AXIS in data, fsdp, tensor; got "
+                f"{text!r}. Example: --mesh data=2,fsdp=4."
+            )
+        out[f"mesh.{key.strip()}"] = value
+    return out
+
+
+def _chosen_run(args: argparse.Namespace) -> str:
+    """The run folder of ``gpt sample`` / ``gpt eval``: ``--run RUN`` or the older positional form."""
+    if args.run and args.run_dir and Path(args.run) != Path(args.run_dir):
+        raise UsageError(
+            f"gpt {args.command} got two run folders, --run {args.run} and {args.run_dir}. "
+            f"Pass one: gpt {args.command} --run {args.run}."
+        )
+    run = args.run or args.run_dir
+    if not run:
+        raise UsageError(
+            f"gpt {args.command} needs the run folder to read: none was given. Pass the folder "
+            f"`gpt train` made, e.g. gpt {args.command} --run runs/<name>."
+        )
+    return run
+
+
+def _run_config(args: argparse.Namespace, run: str, allowed: tuple[str, ...]) -> Config | None:
+    """The run's config with ``--set`` applied, for the keys this command may change."""
+    if not args.overrides:
+        return None
+    overrides = parse_set(args.overrides)
+    fixed = [k for k in overrides if not k.startswith(allowed)]
+    if fixed:
+        settable = [k for k in valid_keys() if k.startswith(allowed)]
+        keys = " and ".join(k + "*" if k.endswith(".") else k for k in allowed)
+        raise ConfigError(
+            f"gpt {args.command} --set {fixed[0]}: only {keys} can be set "
+            f"here; the rest of the config is fixed by the run it trained ({run}/config.toml). "
+            f"Settable: {list_alternatives(settable)}."
+        )
+    return apply_overrides(run_config(run), overrides, from_text=True)

@@ -1,0 +1,75 @@
+"""Using trained params: the validation loss on fixed windows, and text continued from a prompt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._config import Config
+from ._data import Dataset, eval_batches, load_dataset
+from ._parallel import make_mesh
+from ._processes import global_batch, host_value
+from ._runs import load_run
+from ._sample import generate
+from ._tokenizer import ByteTokenizer
+from ._train import compile_eval_step
+
+
+class Evaluator:
+    """Mean loss (nats per token) over the first ``train.eval_batches`` validation windows."""
+
+    def __init__(self, cfg: Config, mesh: Any, params: Any, dataset: Dataset) -> None:
+        t = cfg.train
+        self.fn = compile_eval_step(cfg, mesh, params)
+        self.sharding = jax.sharding.NamedSharding(
+            mesh, jax.sharding.PartitionSpec(("data", "fsdp"), None)
+        )
+        self.rows = t.batch_size // t.grad_accum
+        self.batches = eval_batches(
+            dataset.val, n_batches=t.eval_batches, batch_size=self.rows, seq_len=cfg.model.seq_len,
+            process_index=jax.process_index(), process_count=jax.process_count(),
+        )  # fmt: skip
+
+    def __call__(self, params: Any) -> float:
+        losses = [self.fn(params, global_batch(b, self.sharding, self.rows)) for b in self.batches]
+        return float(np.mean([host_value(x) for x in losses]))
+
+
+def evaluate_run(run_dir: str | Path, config: Config | None = None) -> float:
+    """Validation loss (nats per token) of a run's newest checkpoint on its fixed val windows."""
+    cfg, params, _ = load_run(run_dir, config)
+    mesh = make_mesh(cfg.mesh, jax.devices()[:1])
+    dataset = load_dataset(cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size)
+    return Evaluator(cfg, mesh, params, dataset)(params)
+
+
+def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_tokens: int | None = None,
+                temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                seed: int = 0) -> str:  # fmt: skip
+    """Generate text with the byte tokenizer; defaults come from the config's ``[sample]`` section."""
+    s = cfg.sample
+    tok = ByteTokenizer()
+    ids = tok.encode(s.prompt if prompt is None else prompt)
+    room = cfg.model.seq_len - len(ids)
+    n = min(s.max_new_tokens, room) if max_new_tokens is None else max_new_tokens
+    out = generate(
+        jax.tree.map(_on_one_device, params), ids, cfg.model, max_new_tokens=n,
+        temperature=s.temperature if temperature is None else temperature,
+        top_k=(s.top_k or None) if top_k is None else top_k,
+        top_p=(s.top_p if s.top_p < 1 else None) if top_p is None else top_p,
+        key=jax.random.key(seed),
+    )  # fmt: skip
+    return tok.decode(np.asarray(out))
+
+
+def _on_one_device(x: jax.Array) -> jax.Array:
+    # Generation runs on one device: gather sharded params (they may span several processes).
+    if x.is_fully_addressable:
+        return jax.device_put(x, jax.devices()[0])
+    from jax.experimental import multihost_utils
+
+    return jnp.asarray(multihost_utils.process_allgather(x, tiled=True))

@@ -1,0 +1,124 @@
+"""Run folders: naming a new one, recognising an existing one, writing into it, loading from it.
+
+A run folder ``<out>/<name>/`` holds ``config.toml`` (the resolved config), ``checkpoints/`` (orbax),
+``metrics/`` (lox ``SaveLogger``), ``loss.png`` and ``sample.txt``. Nothing is written outside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from core_primitives import list_alternatives
+
+from ._checkpoint import Checkpointer
+from ._config import Config, MeshConfig
+from ._config_io import load_config
+from ._errors import UsageError
+from ._parallel import make_mesh
+from ._processes import is_primary
+from ._train import abstract_params
+
+
+def new_run_dir(out: str | Path, name: str | None, config_source: str | None) -> Path:
+    """``out/name``; without a name, ``<preset>-<date>-<time>`` (``custom`` for a TOML file)."""
+    if name is None:
+        preset = "tiny" if config_source is None else config_source
+        if preset.endswith(".toml"):
+            preset = "custom"
+        name = f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(out) / check_run_name(name)
+
+
+def check_run_name(name: str) -> str:
+    """A run name is one plain folder name: writes must never escape ``--out``."""
+    bad = not name or name in (".", "..") or any(c in name for c in "/\\\0") or name.startswith(".")
+    if bad:
+        raise UsageError(
+            f"Run name {name!r} is not a plain folder name. Use letters, digits, '-', '_' or '.', "
+            "without '/' and not starting with '.', e.g. --name tiny-exp1."
+        )
+    return name
+
+
+def check_run_folder(run_dir: str | Path, *, flag: str) -> Path:
+    """``run_dir`` as a Path if it is a run folder (it has ``config.toml``), else a UsageError."""
+    run = Path(run_dir)
+    if (run / "config.toml").is_file():
+        return run
+    found = "does not exist" if not run.exists() else "has no config.toml"
+    if run.exists() and not run.is_dir():
+        found = "is a file, not a folder"
+    raise UsageError(
+        f"{flag} {run}: not a run folder ({found}). Expected a folder made by `gpt train`, holding "
+        f"config.toml and checkpoints/; pass one, e.g. {flag} runs/<name>{_run_hint(run)}."
+    )
+
+
+def _run_hint(run: Path) -> str:
+    # Name the run folders next to the one given, since a typo in the name is the usual cause.
+    parent = run.parent if run.parent.is_dir() else None
+    runs = (
+        sorted(p.name for p in parent.iterdir() if (p / "config.toml").is_file()) if parent else []
+    )
+    if not runs:
+        return ""
+    return f" (run folders in {parent}: {list_alternatives(runs, limit=10)})"
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a run-folder file from process 0 only (every process computes the same text)."""
+    if is_primary():
+        path.write_text(text, encoding="utf-8")
+
+
+def run_config(run_dir: str | Path, *, flag: str = "--run") -> Config:
+    """The config a run folder was trained with (its ``config.toml``)."""
+    run = check_run_folder(run_dir, flag=flag)
+    return load_config(str(run / "config.toml"))
+
+
+def load_run(run_dir: str | Path, config: Config | None = None) -> tuple[Config, Any, int]:
+    """``(config, params, step)`` of a run folder's newest readable checkpoint, on one device.
+
+    Only the ``params`` item is read: the optimizer state (for Adam, twice the params) stays on disk.
+    A damaged newest checkpoint falls back to the previous one with a warning.
+
+    Args:
+        run_dir: a folder made by ``gpt train`` (``config.toml`` and ``checkpoints/``).
+        config: the config to restore with (default: the run's ``config.toml``); ``gpt sample --set``
+            passes the run's config with its overrides.
+
+    Raises:
+        UsageError: ``run_dir`` is not a run folder.
+
+    Example:
+        >>> import dataclasses, io, tempfile
+        >>> from gpt_models import PRESETS, load_run, train
+        >>> tiny = PRESETS["tiny"]
+        >>> cfg = dataclasses.replace(
+        ...     tiny,
+        ...     model=dataclasses.replace(tiny.model, seq_len=32, d_model=32, n_layers=1, n_heads=2),
+        ...     train=dataclasses.replace(tiny.train, steps=2, batch_size=8, warmup_steps=1,
+        ...                               eval_batches=1),
+        ... )
+        >>> run = tempfile.mkdtemp() + "/run"
+        >>> _ = train(cfg, run, stream=io.StringIO(), write_sample=False)
+        >>> loaded, params, step = load_run(run)
+        >>> loaded.model == cfg.model, step
+        (True, 2)
+    """
+    cfg = run_config(run_dir) if config is None else config
+    # Sampling and eval run on one device whatever mesh the run trained on: orbax reshards on restore.
+    cfg = dataclasses.replace(cfg, mesh=MeshConfig(data=1, fsdp=1, tensor=1))
+    mesh = make_mesh(cfg.mesh, jax.devices()[:1])
+    ckpt = Checkpointer(Path(run_dir) / "checkpoints", keep=cfg.train.keep_checkpoints)
+    try:
+        items, _, step = ckpt.restore({"params": abstract_params(cfg, mesh)})
+    finally:
+        ckpt.close()
+    return cfg, items["params"], step

@@ -1,0 +1,56 @@
+"""SIGTERM/SIGINT during training: finish the step, save a checkpoint, then stop.
+
+The handler only sets a flag; the loop reads it after each step, so a checkpoint never holds a
+half-applied update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+class TrainingInterrupted(Exception):
+    """SIGTERM or SIGINT stopped ``train``; a checkpoint of the last finished step was saved first.
+
+    ``signum`` is the signal, ``step`` the step of that checkpoint; ``gpt train --resume RUN``
+    continues from it. The CLI exits with status ``128 + signum`` as a shell does.
+
+    Example:
+        >>> from gpt_models import TrainingInterrupted
+        >>> stop = TrainingInterrupted(15, 40)
+        >>> stop.signum, stop.step, str(stop)
+        (15, 40, 'signal 15 at step 40')
+    """
+
+    def __init__(self, signum: int, step: int):
+        super().__init__(f"signal {signum} at step {step}")
+        self.signum, self.step = signum, step
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[dict[str, int]]:
+    """Turn SIGTERM/SIGINT into a flag (``"signum" in flag``) the loop checks after each step."""
+    flag: dict[str, int] = {}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag  # signal handlers can only be installed from the main thread
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if "signum" in flag and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C stops right away
+        flag["signum"] = signum
+
+    # A signal the process was started ignoring stays ignored: a shell runs background jobs with
+    # SIGINT ignored so that Ctrl-C in the terminal leaves them alone, and nohup-like launchers do
+    # the same; catching it anyway would stop a run its owner meant to keep going.
+    watched = [s for s in (signal.SIGTERM, signal.SIGINT) if signal.getsignal(s) != signal.SIG_IGN]
+    previous = {s: signal.signal(s, handler) for s in watched}
+    try:
+        yield flag
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
