@@ -33,7 +33,7 @@ _STYLE = """
 .blox-params > details { margin-left: 0; }
 .blox-params summary { cursor: pointer; }
 .blox-params .bx-node { font-weight: 600; font-family: ui-monospace, monospace; }
-.blox-params .bx-sum { color: #6e7781; margin-left: 8px; }
+.blox-params .bx-sum { color: #6e7781; margin-left: 8px; font-weight: 400; }
 .blox-params table { border-collapse: collapse; margin: 2px 0 4px 18px; }
 .blox-params td { padding: 1px 10px 1px 0; vertical-align: top; text-align: left; }
 .blox-params td.bx-name, .blox-params td.bx-kind { font-family: ui-monospace, monospace; }

@@ -96,7 +96,7 @@ def _row(name: str, value: Any, steps: dict[str, Any]) -> str:
     cells = [
         f'<td class="lx-name">{html.escape(name)}</td>',
         f'<td class="lx-kind">{html.escape(kinds)}</td>',
-        f'<td class="lx-num">{events} events</td>',
+        f'<td class="lx-num">{events} event{"" if events == 1 else "s"}</td>',
         f'<td class="lx-steps">{html.escape(_steps(steps))}</td>',
         f'<td class="lx-num">{html.escape(last)}</td>',
         f"<td>{line}</td>",
