@@ -40,7 +40,7 @@ IMPORT_NAMES = {
 TEST_EXTRAS = {
     "core-primitives": [],
     "lox-logging": ["wandb"],
-    "blox-params": ["optax", "orbax-checkpoint"],
+    "blox-params": ["optax", "orbax-checkpoint", "treescope"],
     "paramspec-sharding": ["orbax-checkpoint"],
     "gpt-models": ["wandb"],
 }

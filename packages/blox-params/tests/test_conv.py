@@ -55,7 +55,10 @@ def test_conv_unbatched_strides_groups_dilation():
 def test_conv_errors():
     graph, rng, params = _setup()
     conv = bx.Conv(graph / "conv", 4, (3, 3), rng=rng)
-    with pytest.raises(ValueError, match=r"2-d kernel \(3, 3\).*got shape \(8,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"2-d kernel \(3, 3\).*\(\*batch, 2 spatial dims, channels\).*got shape \(8,\)",
+    ):
         conv(params, jnp.ones(8))
     grouped = bx.Conv(graph / "g", 4, 3, rng=rng, feature_group_count=2)
     with pytest.raises(ValueError, match="3 input channels are not divisible"):
@@ -137,3 +140,35 @@ def test_conv_transpose_constructor_errors():
         ValueError, match=r"ConvTranspose net/t: output_channels must be a positive"
     ):
         bx.ConvTranspose(graph / "t", 0, (3,), rng=rng)
+
+
+@pytest.mark.parametrize("cls", [bx.Conv, bx.ConvTranspose])
+def test_any_number_of_leading_batch_axes(cls):
+    graph, rng, params = _setup()
+    conv = cls(graph / "conv", 4, (3, 3), rng=rng, strides=2)
+    x = jax.random.normal(jax.random.key(0), (2, 3, 6, 6, 2))
+    y, params = conv(params, x)
+    flat, _ = conv(params, x.reshape(6, 6, 6, 2))
+    assert y.shape == (2, 3, *flat.shape[1:])
+    np.testing.assert_allclose(y, flat.reshape(y.shape), rtol=1e-6)
+    single, _ = conv(params, x[1, 2])
+    np.testing.assert_allclose(single, y[1, 2], rtol=1e-5, atol=1e-6)
+    assert params[("net", "conv", "kernel")].shape == (3, 3, 2, 4)
+
+
+def test_conv_transpose_kernel_layout_is_in_then_out():
+    graph, rng, params = _setup()
+    up = bx.ConvTranspose(graph / "up", 5, (3,), rng=rng)
+    _, params = up(params, jnp.ones((1, 4, 2)))
+    assert params[("net", "up", "kernel")].shape == (3, 2, 5)
+
+
+def test_int_kernel_size_with_several_batch_axes_says_to_use_a_tuple():
+    graph, rng, params = _setup()
+    conv = bx.Conv(graph / "conv", 4, 3, rng=rng)
+    with pytest.raises(
+        ValueError,
+        match=r"expects inputs \(batch, \*spatial, channels\), got "
+        r"shape \(5, 3\).*tuple kernel_size.*several batch axes",
+    ):
+        conv(params, jnp.ones((5, 3)))

@@ -58,3 +58,81 @@ def test_notebook_uses_treescope(monkeypatch):
     out = io.StringIO()
     bx.display(params, file=out)  # an explicit file always gets the text tree
     assert out.getvalue().startswith("Params: 1 arrays")
+
+
+def _model_params():
+    graph = bx.Graph("net")
+    rng = bx.Rng(graph / "rng")
+    mlp = bx.MLP(graph / "mlp", [8, 2], rng=rng)
+    _, params = mlp(rng.seed(bx.Params(), seed=0), jnp.ones((1, 3)))
+    return params.locked()
+
+
+def test_repr_html_shows_the_path_tree_with_shapes_sizes_and_flags():
+    page = _model_params()._repr_html_()
+    assert page.startswith("\n<style>")
+    assert '<span class="bx-badge bx-locked">locked</span>' in page
+    assert "6 arrays · 53 values · 212 B (trainable: 4 arrays · 50 values · 200 B)" in page
+    # the tree: net > mlp > linear_0, each a foldable node with its subtotal
+    assert '<summary><span class="bx-node">net</span>' in page
+    assert (
+        '<summary><span class="bx-node">linear_0</span>'
+        '<span class="bx-sum">2 arrays · 32 values · 128 B</span></summary>'
+    ) in page
+    assert page.index(">mlp<") < page.index(">linear_0<") < page.index(">linear_1<")
+    kernel_row = (
+        '<tr><td class="bx-name">kernel</td><td class="bx-kind">f32[3,8]</td>'
+        '<td class="bx-num">24</td><td class="bx-num">96 B</td>'
+        '<td><span class="bx-badge bx-trainable">trainable</span></td>'
+    )
+    assert kernel_row in page
+    assert '<td class="bx-name">counter</td><td class="bx-kind">u32[]</td>' in page
+    assert page.count("bx-frozen") == 2 + 1  # two rows and the CSS rule
+    assert "rng_impl=&#x27;threefry2x32&#x27;" in page  # metadata, escaped
+
+
+def test_repr_html_escapes_names_and_handles_abstract_and_root_level_params():
+    params = bx.Params(
+        {
+            ("<script>alert(1)</script>", "w&b"): jnp.zeros(2),
+            ("top",): bx.Param(jnp.zeros((), jnp.int32), trainable=False),
+        }
+    )
+    page = params._repr_html_()
+    assert "<script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "w&amp;b" in page
+    assert '<td class="bx-name">top</td><td class="bx-kind">i32[]</td>' in page
+    lin, rng = _params()
+    abstract = jax.eval_shape(lambda: lin(rng.seed(bx.Params(), seed=0), jnp.ones((1, 3)))[1])
+    assert '<td class="bx-kind">f32[3,4]</td><td class="bx-num">12</td>' in abstract._repr_html_()
+
+
+def test_treescope_renders_paths_values_and_flags():
+    treescope = pytest.importorskip("treescope", reason="the blox-params[treescope] extra")
+    params = bx.Params(
+        {
+            ("net", "w"): bx.Param(jnp.zeros(2), metadata={"logical_axes": ("embed",)}),
+            ("net", "n"): bx.Param(jnp.zeros((), jnp.int32), trainable=False),
+        }
+    )
+    text = " ".join(treescope.render_to_text(params).split())
+    assert text.startswith("Params({ ('net', 'w'): Param( value=<jax.Array([0., 0.], dtype=float")
+    assert "trainable=True, metadata={'logical_axes': ('embed',)}, )" in text
+    assert "('net', 'n'): Param(value=<jax.Array(0, dtype=int32)>, trainable=False)" in text
+
+
+def test_notebook_without_treescope_shows_the_html(monkeypatch):
+    import sys
+    import types
+
+    from blox import _display
+
+    shown = []
+    ipython_display = types.ModuleType("IPython.display")
+    ipython_display.display = shown.append  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "treescope", None)  # import treescope -> ImportError
+    monkeypatch.setitem(sys.modules, "IPython.display", ipython_display)
+    monkeypatch.setattr(_display, "_in_notebook", lambda: True)
+    params = bx.Params({("net", "w"): jnp.zeros(2)})
+    bx.display(params)
+    assert shown == [params]

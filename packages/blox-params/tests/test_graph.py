@@ -44,3 +44,13 @@ def test_module_needs_a_graph():
         bx.Linear("net", 3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="non-empty strings"):
         bx.Graph("")
+
+
+def test_root_is_the_top_node_from_anywhere():
+    graph = bx.Graph("net")
+    deep = graph / "encoder" / "block" / "attn"
+    assert deep.root is graph
+    assert graph.root is graph
+    rng = bx.Rng(graph / "rng")
+    assert rng.graph.root is graph
+    assert [type(m).__name__ for m in deep.root.walk()] == ["Rng"]

@@ -1,5 +1,7 @@
 """Module.get_param / set_param: lazy init, checks on every use, locked params, errors."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -143,3 +145,32 @@ def test_transforms_compose_on_a_model():
         np.testing.assert_allclose(a, b, rtol=1e-5)
     ys, _ = jax.vmap(lambda xi: mlp(params, xi))(x)
     np.testing.assert_allclose(ys, mlp(params, x)[0], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown", "hint"),
+    [
+        (None, "is None", r"Parameters hold arrays"),
+        ([1.0, 2.0], r"is a list \(\[1.0, 2.0\]\)", r"jnp.asarray\(value\)"),
+        ("zeros", r"is a str \('zeros'\)", r"Parameters hold arrays"),
+    ],
+)
+def test_set_param_refuses_non_array_values_naming_the_path(value, shown, hint):
+    lin = bx.Linear(bx.Graph("net") / "lin", 2)
+    params = bx.Params({("net", "lin", "kernel"): jnp.zeros((2, 2))})
+    with pytest.raises(TypeError) as info:
+        lin.set_param(params, "kernel", value)
+    text = str(info.value)
+    assert text.startswith("Linear net/lin.set_param: the new value of net/lin/kernel ")
+    assert re.search(shown, text), text
+    assert "must be a JAX or NumPy array (or a number)" in text
+    assert re.search(hint, text), text
+
+
+def test_set_param_refuses_a_param_and_says_how_to_change_flags():
+    lin = bx.Linear(bx.Graph("net") / "lin", 2)
+    params = bx.Params({("net", "lin", "kernel"): jnp.zeros((2, 2))})
+    with pytest.raises(TypeError, match=r"is a Param .*pass param.value.*params.merge"):
+        lin.set_param(params, "kernel", bx.Param(jnp.ones((2, 2)), trainable=False))
+    kept = lin.set_param(params, "kernel", np.ones((2, 2), np.float32))
+    assert kept[("net", "lin", "kernel")].trainable is True

@@ -9,6 +9,7 @@ EXPECTED = {
     "Dropout",
     "Embed",
     "GRU",
+    "GRUState",
     "Graph",
     "GraphError",
     "GroupNorm",

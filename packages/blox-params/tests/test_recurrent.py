@@ -106,3 +106,112 @@ def test_prev_state_of_wrong_shape_names_the_layer(cls):
         cell.apply(params, jnp.ones((2, 4, 3)), prev_state=bad)
     with pytest.raises(ValueError, match=r"cell: state has array shapes"):
         cell(params, jnp.ones((2, 3)), jnp.zeros((2, 8, 1)))
+
+
+def _reference_with_resets(cell, params, x, resets, state=None):
+    """Step by step, dropping the state where a reset is flagged: what resets must reproduce."""
+    outputs = []
+    for t in range(x.shape[-2]):
+        if resets[t]:
+            state = None
+        (y, state), _ = cell(params, x[..., t, :], state)
+        outputs.append(y)
+    return jnp.stack(outputs, axis=-2), state
+
+
+@pytest.mark.parametrize("cls", [bx.LSTM, bx.GRU])
+@pytest.mark.parametrize("is_static", [False, True])
+def test_is_reset_reinitialises_the_state_before_the_step(cls, is_static):
+    cell, rng = _cell(cls, is_static)
+    x = jax.random.normal(jax.random.key(3), (7, 3))
+    _, params = cell.apply(rng.seed(bx.Params(), seed=0), x)
+    resets = jnp.array([False, False, True, False, False, True, False])
+    (ys, state), _ = cell.apply(params.locked(), x, is_reset=resets)
+    want, want_state = _reference_with_resets(cell, params, x, resets)
+    np.testing.assert_allclose(ys, want, rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(want_state)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # the steps after a reset equal a fresh run of the episode that starts there
+    (episode, _), _ = cell.apply(params, x[2:5])
+    np.testing.assert_allclose(ys[2:5], episode, rtol=1e-5, atol=1e-6)
+    (plain, _), _ = cell.apply(params, x)
+    assert not np.allclose(ys[2:], plain[2:])
+
+
+@pytest.mark.parametrize("cls", [bx.LSTM, bx.GRU])
+def test_per_row_resets_scan_equals_loop_and_a_shared_reset_broadcasts(cls):
+    dynamic, rng = _cell(cls, False)
+    static, _ = _cell(cls, True)
+    x = jax.random.normal(jax.random.key(4), (3, 6, 2))
+    (_, _), params = dynamic.apply(rng.seed(bx.Params(), seed=0), x)
+    resets = jax.random.bernoulli(jax.random.key(5), 0.3, (3, 6))
+    start = dynamic.initial_state((3,))
+    start = jax.tree.map(lambda z: z + 0.5, start)
+    (ys, _), _ = jax.jit(dynamic.apply)(params, x, start, resets)
+    (ys2, _), _ = static.apply(params, x, prev_state=start, is_reset=resets.astype(jnp.int32))
+    np.testing.assert_allclose(ys, ys2, rtol=1e-5, atol=1e-6)
+    for row in range(3):
+        row_start = jax.tree.map(lambda s, r=row: s[r], start)
+        want, _ = _reference_with_resets(dynamic, params, x[row], resets[row], row_start)
+        np.testing.assert_allclose(ys[row], want, rtol=1e-5, atol=1e-6)
+    shared = jnp.array([True, False, False, True, False, False])
+    (a, _), _ = dynamic.apply(params, x, is_reset=shared)
+    (b, _), _ = dynamic.apply(params, x, is_reset=jnp.broadcast_to(shared, (3, 6)))
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_one_step_with_is_reset():
+    lstm, rng = _cell(bx.LSTM, False)
+    x = jnp.ones((2, 3))
+    (_, state), params = lstm(rng.seed(bx.Params(), seed=0), x)
+    (h, _), _ = lstm(params, x, state, is_reset=jnp.array([True, False]))
+    (fresh, _), _ = lstm(params, x)
+    (carried, _), _ = lstm(params, x, state)
+    np.testing.assert_allclose(h[0], fresh[0], rtol=1e-6)
+    np.testing.assert_allclose(h[1], carried[1], rtol=1e-6)
+
+
+def test_resets_have_gradients_and_work_under_vmap():
+    gru, rng = _cell(bx.GRU, False)
+    x = jax.random.normal(jax.random.key(6), (4, 5, 3))
+    _, params = gru.apply(rng.seed(bx.Params(), seed=0), x)
+    resets = jnp.zeros((4, 5), bool).at[:, 2].set(True)
+    trainable, rest = params.split()
+
+    def loss(t):
+        (ys, _), _ = gru.apply(t.merge(rest), x, is_reset=resets)
+        return jnp.sum(ys**2)
+
+    grads = jax.grad(loss)(trainable)
+    assert all(np.isfinite(v).all() for v in jax.tree.leaves(grads))
+    (batched, _), _ = gru.apply(params, x, is_reset=resets)
+    lanes = jax.vmap(lambda xi, ri: gru.apply(params, xi, is_reset=ri)[0][0])(x, resets)
+    np.testing.assert_allclose(batched, lanes, rtol=1e-5, atol=1e-6)
+
+
+def test_is_reset_of_the_wrong_shape_or_dtype_names_the_layer():
+    lstm, rng = _cell(bx.LSTM, False)
+    params = rng.seed(bx.Params(), seed=0)
+    with pytest.raises(
+        ValueError,
+        match=r"LSTM model/cell.apply: is_reset has shape \(2, 5\), but inputs needs one flag per "
+        r"batch entry and step: shape \(2, 6\)",
+    ):
+        lstm.apply(params, jnp.ones((2, 6, 3)), is_reset=jnp.zeros((2, 5), bool))
+    with pytest.raises(
+        ValueError, match=r"LSTM model/cell.__call__: is_reset has shape \(3,\), but x needs"
+    ):
+        lstm(params, jnp.ones((2, 3)), is_reset=jnp.zeros(3, bool))
+    with pytest.raises(TypeError, match=r"is_reset must hold booleans \(or 0/1 numbers\)"):
+        lstm.apply(params, jnp.ones((6, 3)), is_reset=np.array(["a"] * 6))
+
+
+def test_gru_state_has_a_named_field_and_takes_a_bare_array():
+    gru, rng = _cell(bx.GRU, False)
+    x = jax.random.normal(jax.random.key(7), (2, 4, 3))
+    (ys, state), params = gru.apply(rng.seed(bx.Params(), seed=0), x)
+    assert isinstance(state, bx.GRUState)
+    np.testing.assert_allclose(state.hidden, ys[:, -1], rtol=1e-6)
+    (a, _), _ = gru.apply(params, x, prev_state=state)
+    (b, _), _ = gru.apply(params, x, prev_state=state.hidden)
+    np.testing.assert_allclose(a, b, rtol=1e-6)

@@ -34,6 +34,7 @@ from ._pooling import max_pool as max_pool
 from ._pooling import min_pool as min_pool
 from ._recurrent import GRU as GRU
 from ._recurrent import LSTM as LSTM
+from ._recurrent import GRUState as GRUState
 from ._recurrent import LSTMState as LSTMState
 from ._repeat import Repeat as Repeat
 from ._rng import Rng as Rng

@@ -1,4 +1,4 @@
-"""N-d ``Conv`` and ``ConvTranspose`` on channels-last inputs ``(batch, *spatial, channels)``."""
+"""N-d ``Conv`` and ``ConvTranspose`` on channels-last inputs ``(*batch, *spatial, channels)``."""
 
 from __future__ import annotations
 
@@ -89,31 +89,39 @@ class _ConvBase(Module):
         self.dtype = dtype
         self.param_dtype = param_dtype
 
-    def _spatial_dims(self, x: jax.Array) -> tuple[int, bool]:
-        """``(n, batched)``: the number of spatial dims, and whether ``x`` has a batch axis."""
+    def _fold_batch(self, x: jax.Array) -> tuple[jax.Array, tuple[int, ...], int]:
+        """``(x as (prod(batch), *spatial, channels), the batch shape, the spatial rank)``.
+
+        ``lax`` convolutions take exactly one batch axis, so any number of leading batch axes
+        (none included) are folded into one here and unfolded from the output.
+        """
         if isinstance(self.kernel_size, int):
             n = x.ndim - 2
             if n < 1:
                 raise ValueError(
                     f"{self.name} expects inputs (batch, *spatial, channels), got shape "
                     f"{x.shape}. With an int kernel_size the spatial rank is ndim - 2; pass a "
-                    "tuple kernel_size (e.g. (3, 3)) to also accept unbatched inputs."
+                    "tuple kernel_size (e.g. (3, 3)) to also accept unbatched inputs or several "
+                    "batch axes."
                 )
-            return n, True
-        n = len(self.kernel_size)
-        if x.ndim not in (n + 1, n + 2):
-            raise ValueError(
-                f"{self.name} has a {n}-d kernel {tuple(self.kernel_size)}, so it expects inputs "
-                f"of shape (batch, {n} spatial dims, channels) or without the batch axis; got "
-                f"shape {x.shape}."
-            )
-        return n, x.ndim == n + 2
+        else:
+            n = len(self.kernel_size)
+            if x.ndim < n + 1:
+                raise ValueError(
+                    f"{self.name} has a {n}-d kernel {tuple(self.kernel_size)}, so it expects "
+                    f"inputs (*batch, {n} spatial dims, channels) with any number of leading "
+                    f"batch axes (none included); got shape {x.shape}."
+                )
+        batch = x.shape[: x.ndim - n - 1]
+        return x.reshape(-1, *x.shape[x.ndim - n - 1 :]), batch, n
 
 
 class Conv(_ConvBase):
-    """An N-d convolution over channels-last inputs ``(batch, *spatial, in)`` (batch optional).
+    """An N-d convolution over channels-last inputs ``(*batch, *spatial, in)``.
 
-    The spatial rank comes from ``kernel_size`` (a tuple) or, for an int, from ``x.ndim - 2``.
+    The spatial rank comes from ``kernel_size`` (a tuple: then any number of leading batch axes,
+    none included) or, for an int (the same size on every spatial axis), from ``x.ndim - 2``
+    (exactly one batch axis).
     The kernel has shape ``(*kernel_size, in // feature_group_count, output_channels)``.
 
     Args:
@@ -161,11 +169,7 @@ class Conv(_ConvBase):
             )
 
     def __call__(self, params: Params, x: jax.Array) -> tuple[jax.Array, Params]:
-        x = jnp.asarray(x)
-        n, batched = self._spatial_dims(x)
-        if not batched:
-            y, params = self(params, x[None])
-            return y[0], params
+        x, batch, n = self._fold_batch(jnp.asarray(x))
         in_features, groups = x.shape[-1], self.feature_group_count
         if in_features % groups:
             raise ValueError(
@@ -189,14 +193,18 @@ class Conv(_ConvBase):
             dimension_numbers=_dimension_numbers(n),
             feature_group_count=groups,
         )
-        return (y + bias if bias is not None else y), params
+        y = y + bias if bias is not None else y
+        return y.reshape(*batch, *y.shape[1:]), params
 
 
 class ConvTranspose(_ConvBase):
     """An N-d transposed convolution (upsampling) over channels-last inputs.
 
-    With ``padding='SAME'`` and ``strides=s`` each spatial size is multiplied by ``s``. The
-    kernel has shape ``(*kernel_size, in, output_channels)``.
+    With ``padding='SAME'`` and ``strides=s`` each spatial size is multiplied by ``s``. Batch
+    axes as in ``Conv``. The kernel has shape ``(*kernel_size, in, output_channels)``, the
+    layout of ``Conv`` and Flax's ``ConvTranspose``, so ``lecun_normal`` reads its fan-in from
+    the input channels; jax-blox and Haiku store ``(*kernel_size, output_channels, in)``
+    (port such a kernel with ``jnp.swapaxes(kernel, -1, -2)``).
 
     Args:
         graph, output_channels, kernel_size, rng, strides, padding, kernel_dilation, use_bias,
@@ -215,11 +223,7 @@ class ConvTranspose(_ConvBase):
     """
 
     def __call__(self, params: Params, x: jax.Array) -> tuple[jax.Array, Params]:
-        x = jnp.asarray(x)
-        n, batched = self._spatial_dims(x)
-        if not batched:
-            y, params = self(params, x[None])
-            return y[0], params
+        x, batch, n = self._fold_batch(jnp.asarray(x))
         shape = (
             *_tuple(self.kernel_size, n, "kernel_size", self),
             x.shape[-1],
@@ -235,4 +239,5 @@ class ConvTranspose(_ConvBase):
             rhs_dilation=_tuple(self.kernel_dilation, n, "kernel_dilation", self),
             dimension_numbers=_dimension_numbers(n),
         )
-        return (y + bias if bias is not None else y), params
+        y = y + bias if bias is not None else y
+        return y.reshape(*batch, *y.shape[1:]), params

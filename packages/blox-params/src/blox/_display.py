@@ -1,35 +1,19 @@
-"""``display``: treescope in notebooks, a text tree with counts and bytes elsewhere."""
+"""``display``: treescope (or HTML) in notebooks, a text tree with counts and bytes elsewhere.
+
+Also the treescope handlers of ``Params`` and ``Param`` (``__treescope_repr__`` delegates here),
+so ``treescope.show(params)`` and treescope's automatic notebook rendering show the paths,
+values and flags without a registration step.
+"""
 
 from __future__ import annotations
 
 import sys
 from typing import Any, TextIO
 
-import numpy as np
-
 from core_primitives import format_path
 
-from ._params import Params, _short
-
-
-def _size_bytes(value: Any) -> tuple[int, int]:
-    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-    if shape is None or dtype is None:
-        return 1, 0
-    count = int(np.prod(shape, dtype=np.int64))
-    try:
-        itemsize = np.dtype(dtype).itemsize
-    except TypeError:  # typed PRNG keys and other extended dtypes
-        itemsize = 0
-    return count, count * itemsize
-
-
-def _human(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
+from ._html import count_and_bytes, human_bytes
+from ._params import Param, Params, _short
 
 
 def _in_notebook() -> bool:
@@ -57,33 +41,38 @@ def summary(params: Params) -> str:
     totals = [0, 0, 0, 0, 0, 0]  # arrays, values, bytes; then the trainable ones
     for path, entry in params.items():
         value, trainable = entry.value, entry.trainable
-        count, nbytes = _size_bytes(value)
+        count, nbytes = count_and_bytes(value)
         rows.setdefault(path[:-1], []).append((path[-1], _short(value), count, nbytes, trainable))
         for i, v in enumerate((1, count, nbytes) * (2 if trainable else 1)):
             totals[i] += v
     lock = " (locked)" if params.is_locked else ""
     lines = [
-        f"Params{lock}: {totals[0]} arrays, {totals[1]} values, {_human(totals[2])} "
-        f"(trainable: {totals[3]} arrays, {totals[4]} values, {_human(totals[5])})"
+        f"Params{lock}: {totals[0]} arrays, {totals[1]} values, {human_bytes(totals[2])} "
+        f"(trainable: {totals[3]} arrays, {totals[4]} values, {human_bytes(totals[5])})"
     ]
     for prefix, entries in rows.items():
         count = sum(e[2] for e in entries)
         nbytes = sum(e[3] for e in entries)
         lines.append(
             f"{format_path(prefix) or '.'}  ({len(entries)} arrays, {count} values, "
-            f"{_human(nbytes)})"
+            f"{human_bytes(nbytes)})"
         )
         w_name = max(len(e[0]) for e in entries)
         w_kind = max(len(e[1]) for e in entries)
         w_count = max(len(str(e[2])) for e in entries)
         for name, kind, n, b, trainable in entries:
             flag = "" if trainable else "  non-trainable"
-            lines.append(f"  {name:<{w_name}}  {kind:<{w_kind}}  {n:>{w_count}}  {_human(b)}{flag}")
+            lines.append(
+                f"  {name:<{w_name}}  {kind:<{w_kind}}  {n:>{w_count}}  {human_bytes(b)}{flag}"
+            )
     return "\n".join(lines)
 
 
 def display(params: Params, *, file: TextIO | None = None) -> None:
-    """Show ``params``: with treescope in a notebook, else a text tree with counts and bytes.
+    """Show ``params``: treescope (or HTML) in a notebook, else a text tree with counts and bytes.
+
+    In a notebook, ``treescope`` shows it when installed (``pip install
+    'blox-params[treescope]'``), otherwise the HTML tree of ``Params._repr_html_``.
 
     Works on abstract params too (``jax.eval_shape`` results), so a model's size can be read
     without allocating it.
@@ -108,9 +97,42 @@ def display(params: Params, *, file: TextIO | None = None) -> None:
     if file is None and _in_notebook():
         try:
             import treescope
-        except ImportError:
-            pass
+        except ImportError:  # the blox-params[treescope] extra is not installed
+            from IPython.display import display as show
+
+            show(params)  # renders Params._repr_html_
         else:
             treescope.display(params)
-            return
+        return
     print(summary(params), file=file if file is not None else sys.stdout)
+
+
+def params_treescope(params: Params, path: str | None, subtree_renderer: Any) -> Any:
+    """The treescope rendering of ``params``: ``Params({path: Param(...), ...})``.
+
+    Keys are the tuple paths, so treescope's copy-path feature gives ``params[('net', ...)]``,
+    which indexes a ``Params`` as it should.
+    """
+    from treescope import repr_lib
+
+    return repr_lib.render_dictionary_wrapper(
+        object_type=type(params),
+        wrapped_dict=dict(params.items()),
+        path=path,
+        subtree_renderer=subtree_renderer,
+    )
+
+
+def param_treescope(param: Param, path: str | None, subtree_renderer: Any) -> Any:
+    """The treescope rendering of one ``Param``: its value (an array view), flag, metadata."""
+    from treescope import repr_lib
+
+    fields: dict[str, Any] = {"value": param.value, "trainable": param.trainable}
+    if param.metadata:
+        fields["metadata"] = dict(param.metadata)
+    return repr_lib.render_object_constructor(
+        object_type=type(param),
+        attributes=fields,
+        path=path,
+        subtree_renderer=subtree_renderer,
+    )

@@ -51,6 +51,20 @@ class Graph:
         """Whether this node has no parent (modules cannot bind here)."""
         return self.parent is None
 
+    @property
+    def root(self) -> Graph:
+        """The root of the tree this node belongs to (the node itself for a root).
+
+        Example:
+            >>> graph = Graph('net')
+            >>> (graph / 'mlp' / 'l1').root is graph
+            True
+        """
+        node = self
+        while node.parent is not None:
+            node = node.parent
+        return node
+
     def child(self, name: str) -> Graph:
         """The child node ``name``, created on first use (the same object afterwards).
 

@@ -175,7 +175,9 @@ class Module:
         """Store a new value for an existing parameter (same shape and dtype); returns new params.
 
         For state updated in the forward pass: RNG counters, batch statistics, caches. The
-        ``trainable`` flag and metadata are kept.
+        ``trainable`` flag and metadata are kept. The value must be an array (or a number):
+        ``None``, a ``Param``, a list or any other object is refused here, where it would
+        otherwise be stored and fail later in an unrelated operation.
 
         Example:
             >>> import jax.numpy as jnp
@@ -200,6 +202,7 @@ class Module:
                 "set_param only updates; create it first with get_param(params, name, shape, "
                 f"init).{did_you_mean(name, self._own_names(params))}"
             )
+        _require_array(self, path, value)
         old = entry.value
         self._check(path, value, _shape(old), _dtype(old), verb="set_param got")
         return params._with(path, entry.replace(value=value))
@@ -298,6 +301,29 @@ class Module:
             ) from err
         self._check(path, value, shape, dtype)
         return value, params
+
+
+_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
+
+
+def _require_array(module: Module, path: tuple[str, ...], value: Any) -> None:
+    """Refuse a non-array ``set_param`` value (``None`` above all) before it is stored."""
+    if isinstance(value, _ARRAY_TYPES):
+        return
+    if isinstance(value, Param):
+        hint = (
+            "set_param takes the new value only; pass param.value. To change the trainable "
+            "flag or metadata, replace the entry: params.merge(bx.Params({path: param}))."
+        )
+    elif isinstance(value, list | tuple):
+        hint = "Convert it first: jnp.asarray(value)."
+    else:
+        hint = "Parameters hold arrays; to drop a parameter, build Params without it (split)."
+    raise TypeError(
+        f"{module.name}.set_param: the new value of {format_path(path)} is "
+        f"{'None' if value is None else f'a {type(value).__name__} ({value!r:.60})'}, but a "
+        f"parameter value must be a JAX or NumPy array (or a number). {hint}"
+    )
 
 
 # Initializers that ignore their key: drawing one for them would only cost trace time (a fold_in

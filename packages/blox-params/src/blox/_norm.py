@@ -40,6 +40,15 @@ def _axes(axis: int | Sequence[int], ndim: int, module: Module) -> tuple[int, ..
     return normalised
 
 
+def axis_is_bound(axis_name: str) -> bool:
+    """Whether ``axis_name`` is a named axis here (inside ``vmap``/``shard_map`` naming it)."""
+    try:
+        jax.lax.axis_index(axis_name)
+    except NameError:
+        return False
+    return True
+
+
 class _AffineNorm(Module):
     """Shared scale/bias handling."""
 
@@ -67,6 +76,29 @@ class _AffineNorm(Module):
         self.bias_metadata = bias_metadata
         self.dtype = dtype
         self.param_dtype = param_dtype
+
+    def _pmean(self, params: Params, values: Any) -> Any:
+        """``values`` averaged over ``axis_name`` (unchanged without one).
+
+        At init (unlocked params) outside the named axis there is nothing to average over, so
+        the same module initialises on one shard's data; with locked params an unbound axis is
+        an error, since silently skipping it would give each replica different statistics.
+        """
+        if self.axis_name is None:
+            return values
+        if axis_is_bound(self.axis_name):
+            return jax.lax.pmean(values, self.axis_name)
+        if not params.is_locked:
+            return values
+        raise NameError(
+            f"{self.name} averages its statistics over the axis {self.axis_name!r} "
+            f"(axis_name={self.axis_name!r}), but no such axis is bound here. Call it inside "
+            f"jax.vmap(..., axis_name={self.axis_name!r}) or a shard_map over that mesh axis"
+            f"{self._unbound_hint}, or build the {type(self).__name__} without axis_name."
+        )
+
+    axis_name: str | None = None  # set by the norms that can average over devices
+    _unbound_hint = ""
 
     def _affine(
         self, params: Params, x: jax.Array, y: jax.Array, shape: tuple[int, ...], bshape: Any
@@ -103,10 +135,17 @@ class _AffineNorm(Module):
 class LayerNorm(_AffineNorm):
     """Normalise over ``axis`` (default the last) to zero mean and unit variance, then scale/shift.
 
+    With ``axis_name`` the statistics are averaged over that named axis (``vmap`` or
+    ``shard_map``), for features split across devices (tensor parallelism): each shard then
+    normalises with the mean and variance of the whole feature vector. Shards must hold equal
+    numbers of features. At init (unlocked params) outside such an axis the averaging is skipped,
+    as in ``BatchNorm``.
+
     Args:
         graph: the node to bind to.
         axis: int or tuple of ints to normalise over; scale and bias have those axes' shape.
         eps: added to the variance.
+        axis_name: named axis to average the statistics over.
         use_scale, use_bias, scale_init, bias_init, scale_metadata, bias_metadata, dtype,
             param_dtype: the learnt affine part and mixed precision.
 
@@ -120,17 +159,26 @@ class LayerNorm(_AffineNorm):
     """
 
     def __init__(
-        self, graph: Graph, *, axis: int | Sequence[int] = -1, eps: float = 1e-5, **kwargs: Any
+        self,
+        graph: Graph,
+        *,
+        axis: int | Sequence[int] = -1,
+        eps: float = 1e-5,
+        axis_name: str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(graph, eps=eps, **kwargs)
         self.axis = axis
+        self.axis_name = axis_name
 
     def __call__(self, params: Params, x: jax.Array) -> tuple[jax.Array, Params]:
         x = jnp.asarray(x)
         axes = _axes(self.axis, x.ndim, self)
         x32 = x.astype(jnp.float32)
-        mean = x32.mean(axes, keepdims=True)
-        var = jnp.square(x32 - mean).mean(axes, keepdims=True)
+        # Two passes (mean, then the mean squared deviation) as without axis_name: one
+        # E[x^2] - E[x]^2 pass loses the variance to cancellation when the mean is large.
+        mean = self._pmean(params, x32.mean(axes, keepdims=True))
+        var = self._pmean(params, jnp.square(x32 - mean).mean(axes, keepdims=True))
         y = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
         shape = tuple(x.shape[a] for a in axes)
         bshape = tuple(x.shape[a] if a in axes else 1 for a in range(x.ndim))
@@ -144,6 +192,7 @@ class RMSNorm(_AffineNorm):
         graph: the node to bind to.
         axis: int or tuple of ints.
         eps: added to the mean square.
+        axis_name: named axis to average the mean square over, as in ``LayerNorm``.
         use_scale, scale_init, scale_metadata, dtype, param_dtype: as in ``LayerNorm``
             (no bias by default; ``use_bias=True`` adds one).
 
@@ -163,28 +212,22 @@ class RMSNorm(_AffineNorm):
         axis: int | Sequence[int] = -1,
         eps: float = 1e-6,
         use_bias: bool = False,
+        axis_name: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(graph, eps=eps, use_bias=use_bias, **kwargs)
         self.axis = axis
+        self.axis_name = axis_name
 
     def __call__(self, params: Params, x: jax.Array) -> tuple[jax.Array, Params]:
         x = jnp.asarray(x)
         axes = _axes(self.axis, x.ndim, self)
         x32 = x.astype(jnp.float32)
-        y = x32 * jax.lax.rsqrt(jnp.square(x32).mean(axes, keepdims=True) + self.eps)
+        mean_square = self._pmean(params, jnp.square(x32).mean(axes, keepdims=True))
+        y = x32 * jax.lax.rsqrt(mean_square + self.eps)
         shape = tuple(x.shape[a] for a in axes)
         bshape = tuple(x.shape[a] if a in axes else 1 for a in range(x.ndim))
         return self._affine(params, x, y, shape, bshape)
-
-
-def axis_is_bound(axis_name: str) -> bool:
-    """Whether ``axis_name`` is a named axis here (inside ``vmap``/``shard_map`` naming it)."""
-    try:
-        jax.lax.axis_index(axis_name)
-    except NameError:
-        return False
-    return True
 
 
 class BatchNorm(_AffineNorm):
@@ -224,13 +267,15 @@ class BatchNorm(_AffineNorm):
         **kwargs: Any,
     ) -> None:
         super().__init__(graph, eps=eps, **kwargs)
+        self.axis_name = axis_name
         if not 0.0 <= momentum <= 1.0:
             raise ValueError(
                 f"{self.name}: momentum must be in [0, 1], got {momentum!r}. The running "
                 "statistics keep momentum * old + (1 - momentum) * batch, so 0.9-0.999 is usual."
             )
         self.momentum = momentum
-        self.axis_name = axis_name
+
+    _unbound_hint = ", use is_training=False for evaluation"
 
     def __call__(
         self, params: Params, x: jax.Array, *, is_training: bool
@@ -253,22 +298,8 @@ class BatchNorm(_AffineNorm):
 
     def _batch_stats(self, params: Params, x32: jax.Array) -> tuple[jax.Array, jax.Array]:
         axes = tuple(range(x32.ndim - 1))
-        mean, mean_sq = x32.mean(axes), jnp.square(x32).mean(axes)
-        if self.axis_name is not None and self._average_over_axis(params):
-            mean, mean_sq = jax.lax.pmean((mean, mean_sq), self.axis_name)
+        mean, mean_sq = self._pmean(params, (x32.mean(axes), jnp.square(x32).mean(axes)))
         return mean, jnp.maximum(mean_sq - jnp.square(mean), 0.0)
-
-    def _average_over_axis(self, params: Params) -> bool:
-        if axis_is_bound(self.axis_name):  # type: ignore[arg-type]
-            return True
-        if not params.is_locked:
-            return False  # init outside the named axis: nothing to average over
-        raise NameError(
-            f"{self.name} averages batch statistics over the axis {self.axis_name!r} "
-            f"(axis_name={self.axis_name!r}), but no such axis is bound here. Call it inside "
-            f"jax.vmap(..., axis_name={self.axis_name!r}) or a shard_map over that mesh axis, "
-            "use is_training=False for evaluation, or build the BatchNorm without axis_name."
-        )
 
 
 class GroupNorm(_AffineNorm):

@@ -225,6 +225,11 @@ class Param:
         meta = f", metadata={self.metadata!r}" if self.metadata else ""
         return f"Param({_short(self.value)}, trainable={self.trainable}{meta})"
 
+    def __treescope_repr__(self, path: str | None, subtree_renderer: Any) -> Any:
+        from ._display import param_treescope  # treescope is an optional extra
+
+        return param_treescope(self, path, subtree_renderer)
+
 
 _new = object.__new__
 
@@ -590,6 +595,17 @@ class Params(Mapping[Path, Param]):
         )
         more = f", ... ({len(self) - 6} more)" if len(self) > 6 else ""
         return f"Params({{{body}{more}}}{lock})"
+
+    def _repr_html_(self) -> str:
+        """The notebook view: the paths as a tree with shapes, sizes and trainable flags."""
+        from ._html import params_html  # it imports this module
+
+        return params_html(self)
+
+    def __treescope_repr__(self, path: str | None, subtree_renderer: Any) -> Any:
+        from ._display import params_treescope  # treescope is an optional extra
+
+        return params_treescope(self, path, subtree_renderer)
 
 
 _DEFAULT_AUX = _Aux.get(True, _NO_METADATA)

@@ -1,9 +1,9 @@
-"""Pooling functions on channels-last inputs ``(batch, *spatial, channels)``; no params."""
+"""Pooling functions on channels-last inputs ``(*batch, *spatial, channels)``; no params."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,23 +12,17 @@ import numpy as np
 from ._checks import check_padding, positive_ints
 
 Padding = str | int | Sequence[tuple[int, int]]
+Sizes = int | Sequence[int]
 
 
-def _sizes(value: Any, what: str, fn: str, n: int | None) -> tuple[int, ...]:
-    """``value`` as a tuple of positive ints, ``n`` of them when given.
-
-    A bare int is refused: a pooling window has no layer to say how many spatial dimensions it
-    spans, and an int window would otherwise fail as "'int' object is not iterable".
-    """
-    try:
-        sizes = positive_ints(value, what, fn)
-    except ValueError:  # its message offers a bare int, which is refused here
-        sizes = 0
-    if isinstance(sizes, int) or (n is not None and len(sizes) != n):
-        count = f"{n} " if n is not None else ""
+def _sizes(value: Any, what: str, fn: str, n: int | None) -> int | tuple[int, ...]:
+    """``value`` as a positive int or a tuple of positive ints (``n`` of them when given)."""
+    sizes = positive_ints(value, what, fn)
+    if isinstance(sizes, tuple) and n is not None and len(sizes) != n:
         raise ValueError(
-            f"{fn}: {what} must be a tuple of {count}positive ints, one per spatial dimension, "
-            f"got {value!r}. For a square 2-d window write (k, k), not k."
+            f"{fn}: {what} {tuple(sizes)} has {len(sizes)} entries, but the window spans {n} "
+            f"spatial dimensions. Give one positive int per spatial dimension, or a single int "
+            "for the same size on every one."
         )
     return sizes
 
@@ -47,79 +41,132 @@ def _pads(padding: Any, n: int, fn: str) -> Any:
     return ((0, 0), *pairs, (0, 0))
 
 
-def _window(
-    fn: str,
-    x: jax.Array,
-    window_shape: Sequence[int],
-    strides: Sequence[int] | None,
-    padding: Padding,
-) -> tuple[tuple[int, ...], tuple[int, ...], Any]:
-    window = _sizes(window_shape, "window_shape", fn, None)
-    n = len(window)
-    if x.ndim != n + 2:
+def _spatial_rank(fn: str, x: jax.Array, window: int | tuple[int, ...]) -> int:
+    """How many axes before the channels are spatial; the ones before them are batch axes.
+
+    A tuple window says it (any number of leading batch axes, none included). An int window
+    means that size on every spatial axis and cannot say how many there are, so, as for
+    ``Conv`` with an int ``kernel_size``, the inputs are read as ``(batch, *spatial,
+    channels)`` with exactly one batch axis.
+    """
+    if isinstance(window, int):
+        if x.ndim < 3:
+            raise ValueError(
+                f"{fn}: an int window_shape={window} means that size on every spatial axis of "
+                f"inputs (batch, *spatial, channels), which need at least 3 dimensions; got "
+                f"shape {x.shape}. For unbatched inputs (or several batch axes) give one size "
+                f"per spatial axis, e.g. window_shape=({window},) for 1-d pooling."
+            )
+        return x.ndim - 2
+    if x.ndim < len(window) + 1:
+        n = len(window)
         raise ValueError(
-            f"{fn}: a {n}-d window {window} expects inputs (batch, {n} spatial dims, "
-            f"channels) = {n + 2} dimensions, got shape {x.shape}. For one example use x[None]."
+            f"{fn}: a {n}-d window {window} expects inputs (*batch, {n} spatial dims, channels), "
+            f"at least {n + 1} dimensions, got shape {x.shape}."
         )
+    return len(window)
+
+
+class _Windows(NamedTuple):
+    """A pooling call resolved: batch axes folded into one, window, steps and padding."""
+
+    flat: jax.Array  # (prod(batch), *spatial, channels)
+    batch: tuple[int, ...]
+    dims: tuple[int, ...]
+    steps: tuple[int, ...]
+    pads: Any
+
+    def reduce(self, x: jax.Array, init: Any, op: Any) -> jax.Array:
+        return jax.lax.reduce_window(x, init, op, self.dims, self.steps, self.pads)
+
+    def unfold(self, y: jax.Array) -> jax.Array:
+        """``y`` with the original batch axes back in front."""
+        return y.reshape(*self.batch, *y.shape[1:])
+
+
+def _windows(
+    fn: str, x: Any, window_shape: Sizes, strides: Sizes | None, padding: Padding
+) -> _Windows:
+    # Leading batch axes are folded into one, so a window never spans a batch axis.
+    x = jnp.asarray(x)
+    window = _sizes(window_shape, "window_shape", fn, None)
+    n = _spatial_rank(fn, x, window)
+    window = (window,) * n if isinstance(window, int) else window
     steps = window if strides is None else _sizes(strides, "strides", fn, n)
-    return (1, *window, 1), (1, *steps, 1), _pads(padding, n, fn)
+    steps = (steps,) * n if isinstance(steps, int) else steps
+    batch = x.shape[: x.ndim - n - 1]
+    flat = x.reshape(-1, *x.shape[x.ndim - n - 1 :])
+    return _Windows(flat, batch, (1, *window, 1), (1, *steps, 1), _pads(padding, n, fn))
 
 
 def max_pool(
     x: jax.Array,
-    window_shape: Sequence[int],
-    strides: Sequence[int] | None = None,
+    window_shape: Sizes,
+    strides: Sizes | None = None,
     padding: Padding = "VALID",
 ) -> jax.Array:
-    """Maximum over windows (strides default to the window, i.e. non-overlapping).
+    """Maximum over windows of channels-last inputs ``(*batch, *spatial, channels)``.
+
+    Args:
+        x: the inputs; any number of leading batch axes (none included) with a tuple window.
+        window_shape: one size per spatial axis, or an int for the same size on each (then
+            ``x`` is ``(batch, *spatial, channels)``: exactly one batch axis).
+        strides: an int or one per spatial axis; default the window (non-overlapping).
+        padding: ``'VALID'`` (default), ``'SAME'``, ``'SAME_LOWER'``, an int for every side,
+            or one ``(low, high)`` pair per spatial axis.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> max_pool(jnp.arange(8.0).reshape(1, 4, 2), (2,))[0, :, 0].tolist()
+        >>> max_pool(jnp.arange(8.0).reshape(4, 2), (2,))[:, 0].tolist()
         [2.0, 6.0]
     """
-    x = jnp.asarray(x)
-    dims, steps, pad = _window("max_pool", x, window_shape, strides, padding)
-    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, dims, steps, pad)
+    w = _windows("max_pool", x, window_shape, strides, padding)
+    return w.unfold(w.reduce(w.flat, -jnp.inf, jax.lax.max))
 
 
 def min_pool(
     x: jax.Array,
-    window_shape: Sequence[int],
-    strides: Sequence[int] | None = None,
+    window_shape: Sizes,
+    strides: Sizes | None = None,
     padding: Padding = "VALID",
 ) -> jax.Array:
-    """Minimum over windows.
+    """Minimum over windows; arguments as in :func:`max_pool`.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> min_pool(jnp.arange(8.0).reshape(1, 4, 2), (2,))[0, :, 0].tolist()
+        >>> min_pool(jnp.arange(8.0).reshape(1, 4, 2), 2)[0, :, 0].tolist()
         [0.0, 4.0]
     """
-    x = jnp.asarray(x)
-    dims, steps, pad = _window("min_pool", x, window_shape, strides, padding)
-    return jax.lax.reduce_window(x, jnp.inf, jax.lax.min, dims, steps, pad)
+    w = _windows("min_pool", x, window_shape, strides, padding)
+    return w.unfold(w.reduce(w.flat, jnp.inf, jax.lax.min))
 
 
 def avg_pool(
     x: jax.Array,
-    window_shape: Sequence[int],
-    strides: Sequence[int] | None = None,
+    window_shape: Sizes,
+    strides: Sizes | None = None,
     padding: Padding = "VALID",
-    count_include_pad: bool = True,
+    count_include_pad: bool = False,
 ) -> jax.Array:
-    """Mean over windows; with ``count_include_pad=False`` padded cells are not counted.
+    """Mean over windows; arguments as in :func:`max_pool`.
+
+    A window that overlaps the padding averages only the input cells it covers (the default,
+    as in jax-blox, Haiku and Keras); ``count_include_pad=True`` divides by the full window
+    size instead, counting padded cells as zeros (the default of Flax and PyTorch). With
+    ``'VALID'`` padding the two agree.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> avg_pool(jnp.arange(8.0).reshape(1, 4, 2), (2,))[0, :, 0].tolist()
-        [1.0, 5.0]
+        >>> x = jnp.ones((1, 3, 1))
+        >>> avg_pool(x, 2, strides=1, padding='SAME')[0, :, 0].tolist()
+        [1.0, 1.0, 1.0]
+        >>> avg_pool(x, 2, strides=1, padding='SAME', count_include_pad=True)[0, :, 0].tolist()
+        [1.0, 1.0, 0.5]
     """
-    x = jnp.asarray(x)
-    dims, steps, pad = _window("avg_pool", x, window_shape, strides, padding)
-    total = jax.lax.reduce_window(x, 0.0, jax.lax.add, dims, steps, pad)
+    w = _windows("avg_pool", x, window_shape, strides, padding)
+    total = w.reduce(w.flat, 0.0, jax.lax.add)
     if count_include_pad:
-        return total / float(np.prod(dims))
-    ones = jnp.ones(x.shape[1:-1], x.dtype)[None, ..., None]
-    counts = jax.lax.reduce_window(ones, 0.0, jax.lax.add, dims, steps, pad)
-    return total / counts
+        return w.unfold(total / float(np.prod(w.dims)))
+    # The number of input cells under each window: one map shared by every batch row.
+    cells = jnp.ones((1, *w.flat.shape[1:-1], 1), total.dtype)
+    return w.unfold(total / w.reduce(cells, 0.0, jax.lax.add))

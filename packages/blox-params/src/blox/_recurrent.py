@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._checks import positive_int
 from ._dtypes import promote
@@ -24,6 +25,12 @@ class LSTMState(NamedTuple):
 
     hidden: jax.Array
     cell: jax.Array
+
+
+class GRUState(NamedTuple):
+    """The GRU carry: ``hidden`` (the output), ``(..., hidden_size)``."""
+
+    hidden: jax.Array
 
 
 class _Recurrent(Module):
@@ -77,14 +84,46 @@ class _Recurrent(Module):
         )
 
     def __call__(
-        self, params: Params, x: jax.Array, state: Any = None
+        self, params: Params, x: jax.Array, state: Any = None, is_reset: Any = None
     ) -> tuple[tuple[jax.Array, Any], Params]:
         """One step: ``(output, new_state), params = cell(params, x_t, state)``; ``x_t`` is
-        ``(..., features)``; ``state=None`` starts from zeros."""
+        ``(..., features)``; ``state=None`` starts from zeros; where ``is_reset`` (``(...)``,
+        or broadcastable to it) is true the state is re-initialised before the step."""
         x = jnp.asarray(x)
         w, params = self._weights(params, x.shape[-1])
         state = self._start(state, x.shape[:-1], self._compute_dtype(x, w), "state")
+        if is_reset is not None:
+            reset = self._resets(is_reset, x.shape[:-1], "__call__", "x")
+            state = self._reset(state, reset)
         return self._step(w, state, x), params
+
+    def _resets(self, is_reset: Any, shape: tuple[int, ...], method: str, what: str) -> Any:
+        """``is_reset`` as a bool array of ``shape`` (one flag per batch entry and step)."""
+        dtype = getattr(is_reset, "dtype", None)
+        dtype = np.asarray(is_reset).dtype if dtype is None else dtype
+        if not (jnp.issubdtype(dtype, jnp.bool_) or jnp.issubdtype(dtype, jnp.number)):
+            raise TypeError(
+                f"{self.name}.{method}: is_reset must hold booleans (or 0/1 numbers), got dtype "
+                f"{dtype}."
+            )
+        reset = jnp.asarray(is_reset)
+        try:
+            fits = jnp.broadcast_shapes(reset.shape, shape) == tuple(shape)
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"{self.name}.{method}: is_reset has shape {reset.shape}, but {what} needs one "
+                f"flag per batch entry{' and step' if method == 'apply' else ''}: shape "
+                f"{tuple(shape)} (the {what} shape without its features), or a shape that "
+                "broadcasts to it. A true flag re-initialises the state before its step."
+            )
+        return jnp.broadcast_to(reset if reset.dtype == jnp.bool_ else reset != 0, shape)
+
+    def _reset(self, state: Any, reset: jax.Array) -> Any:
+        """``state`` with the entries where ``reset`` is true replaced by the initial state."""
+        fresh = self.initial_state(reset.shape, jax.tree.leaves(state)[0].dtype)
+        return jax.tree.map(lambda z, s: jnp.where(reset[..., None], z, s), fresh, state)
 
     def _start(self, state: Any, batch_shape: tuple[int, ...], dtype: Any, what: str) -> Any:
         """The carry to start from: zeros for ``None``, else ``state`` checked and cast.
@@ -113,7 +152,7 @@ class _Recurrent(Module):
         return self.dtype or jnp.result_type(x, *w.values())
 
     def apply(
-        self, params: Params, inputs: jax.Array, prev_state: Any = None
+        self, params: Params, inputs: jax.Array, prev_state: Any = None, is_reset: Any = None
     ) -> tuple[tuple[jax.Array, Any], Params]:
         """Run over a sequence: ``(outputs, state), params = cell.apply(params, inputs)``.
 
@@ -122,6 +161,10 @@ class _Recurrent(Module):
             inputs: ``(..., T, features)``: time is the second-to-last axis; leading axes are
                 batch axes.
             prev_state: the carry to start from (``None``: zeros).
+            is_reset: optional flags ``(..., T)`` (or broadcastable to it, e.g. ``(T,)`` for
+                the whole batch): where ``is_reset[..., t]`` is true the state is
+                re-initialised before step ``t`` (episode boundaries in RL). Bool, or numbers
+                where nonzero means reset.
 
         Returns:
             ``((outputs (..., T, hidden_size), final state), params)``.
@@ -138,14 +181,23 @@ class _Recurrent(Module):
         dtype = self._compute_dtype(inputs, w)
         state = self._start(prev_state, inputs.shape[:-2], dtype, "prev_state")
         xs = jnp.moveaxis(inputs, -2, 0)
+        resets = None
+        if is_reset is not None:
+            flags = self._resets(is_reset, inputs.shape[:-1], "apply", "inputs")
+            resets = jnp.moveaxis(flags, -1, 0)
+
+        def step(state: Any, x: jax.Array, reset: Any) -> tuple[jax.Array, Any]:
+            state = state if reset is None else self._reset(state, reset)
+            return self._step(w, state, x)
+
         if self.is_static:
             outputs = []
             for t in range(xs.shape[0]):
-                y, state = self._step(w, state, xs[t])
+                y, state = step(state, xs[t], None if resets is None else resets[t])
                 outputs.append(y)
             ys = jnp.stack(outputs)
         else:
-            state, ys = jax.lax.scan(lambda s, x: self._step(w, s, x)[::-1], state, xs)
+            state, ys = jax.lax.scan(lambda s, xr: step(s, *xr)[::-1], state, (xs, resets))
         return (jnp.moveaxis(ys, 0, -2), state), params
 
 
@@ -156,6 +208,7 @@ class LSTM(_Recurrent):
     ``(..., T, features)``; ``is_static=True`` unrolls a Python loop (debuggable, same result),
     ``False`` uses ``lax.scan``. One step: ``(h, state), params = lstm(params, x_t, state)``.
     A given state is cast to the computation dtype; a ``(hidden, cell)`` tuple is accepted.
+    ``is_reset=`` flags re-initialise the state before the steps where they are true.
 
     As in Haiku, 1 is added to the forget gate's pre-activation (on top of ``bias``), so a
     fresh cell starts out remembering; keep that in mind when porting weights from PyTorch.
@@ -198,7 +251,9 @@ class LSTM(_Recurrent):
 class GRU(_Recurrent):
     """Gated recurrent unit (reset gate applied after the recurrent matmul, as in cuDNN/PyTorch).
 
-    Same calling convention as ``LSTM``; the state is the hidden array ``(..., hidden_size)``.
+    Same calling convention as ``LSTM`` (``is_reset`` included); the state is a
+    ``GRUState(hidden)`` with ``hidden`` of shape ``(..., hidden_size)``. A bare array is
+    accepted as ``prev_state``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -206,8 +261,8 @@ class GRU(_Recurrent):
         >>> graph = bx.Graph('net')
         >>> rng = bx.Rng(graph / 'rng')
         >>> gru = bx.GRU(graph / 'gru', hidden_size=8, rng=rng, is_static=True)
-        >>> (ys, h), params = gru.apply(rng.seed(bx.Params(), seed=0), jnp.ones((5, 3)))
-        >>> ys.shape, h.shape
+        >>> (ys, state), params = gru.apply(rng.seed(bx.Params(), seed=0), jnp.ones((5, 3)))
+        >>> ys.shape, state.hidden.shape
         ((5, 8), (8,))
     """
 
@@ -221,15 +276,15 @@ class GRU(_Recurrent):
         return {**w, "bias_h": b_h}, params
 
     def initial_state(self, batch_shape: tuple[int, ...] = (), dtype: Any = jnp.float32) -> Any:
-        return jnp.zeros((*batch_shape, self.hidden_size), dtype)
+        return GRUState(jnp.zeros((*batch_shape, self.hidden_size), dtype))
 
     def _step(self, w: dict[str, Any], state: Any, x: jax.Array) -> tuple[jax.Array, Any]:
         x, h, w_i, w_h, b, b_h = promote(
-            self.dtype, x, state, w["w_i"], w["w_h"], w["bias"], w["bias_h"]
+            self.dtype, x, state.hidden, w["w_i"], w["w_h"], w["bias"], w["bias_h"]
         )
         xr, xz, xn = jnp.split(x @ w_i + b, 3, axis=-1)
         hr, hz, hn = jnp.split(h @ w_h + b_h, 3, axis=-1)
         r, z = jax.nn.sigmoid(xr + hr), jax.nn.sigmoid(xz + hz)
         n = jnp.tanh(xn + r * hn)
         h = (1.0 - z) * n + z * h
-        return h, h
+        return h, GRUState(h)

@@ -241,6 +241,12 @@ class logdict(Mapping[str, PyTree]):
         tail = f", steps={steps!r}" if steps else ""
         return f"logdict({{{data}}}{tail})"
 
+    def _repr_html_(self) -> str:
+        """The notebook view: keys as a tree, shapes, events, steps and last values."""
+        from ._html import logdict_html  # kept apart: display is not the container's concern
+
+        return logdict_html(self)
+
     # -- algebra -----------------------------------------------------------------------------
 
     def _map_events(self, fn: Callable[[str, PyTree, dict[str, Any]], tuple[Any, Any]]) -> logdict:
