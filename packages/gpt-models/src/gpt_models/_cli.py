@@ -1,12 +1,17 @@
 """The ``gpt`` command: ``gpt train``, ``gpt sample``, ``gpt eval``.
 
-User mistakes (bad flags, unknown config keys, bad values, missing data, an impossible mesh) print one
-message naming the problem and the valid choices and exit with status 2, without a traceback.
+User mistakes (bad flags, unknown config keys, bad values, missing data, an impossible mesh, a run
+folder another process is training in) print one message naming the problem and the valid choices and
+exit with status 2, without a traceback. Other exit statuses: 1 training diverged; 3 a multi-process
+run could not start (``--init-timeout``) or lost a process; 4 the disk filled up (the newest complete
+checkpoint stays restorable); 128 + N stopped by signal N after saving.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import math
 import os
 import sys
 import time
@@ -15,6 +20,7 @@ from pathlib import Path
 
 EXIT_USAGE = 2
 EXIT_DIVERGED = 1
+EXIT_DISK_FULL = 4  # the multi-process failures exit with 3 (_multihost.EXIT_PEERS)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,6 +54,22 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
                    help="multi-host: address of process 0 (or JAX_COORDINATOR_ADDRESS)")  # fmt: skip
     p.add_argument("--num-processes", type=int, default=None, help="multi-host: process count")
     p.add_argument("--process-id", type=int, default=None, help="multi-host: this process's index")
+    p.add_argument("--init-timeout", type=_positive_seconds, default=300.0, metavar="SECONDS",
+                   help="multi-host: give up (exit status 3) if not every process has joined "
+                        "the coordinator after this long; default 300")  # fmt: skip
+    p.add_argument("--heartbeat-timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
+                   help="multi-host: stop every process when one has not been heard from for "
+                        "this long (a hung or lost peer); default 60")  # fmt: skip
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -92,9 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _maybe_distributed(args: argparse.Namespace) -> None:
     # Only when asked: auto-detection is for clusters and must not slow down a laptop run.
     if args.coordinator or args.num_processes or os.environ.get("JAX_COORDINATOR_ADDRESS"):
-        import paramspec as ps
+        from . import _multihost
 
-        ps.initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+        _multihost.start(
+            args.coordinator, args.num_processes, args.process_id,
+            init_timeout=args.init_timeout, heartbeat_timeout=math.ceil(args.heartbeat_timeout),
+        )  # fmt: skip
 
 
 def _train_config(args: argparse.Namespace):
@@ -164,6 +189,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 128 + stop.signum
+    except Exception as err:
+        from ._diskfull import disk_full_message
+        from ._multihost import exit_on_lost_peer, is_peer_failure
+
+        if (message := disk_full_message(err, run)) is not None:
+            # Orbax's background writers may still log the same failure while they wind down;
+            # our message is the one that says what to do.
+            logging.getLogger("absl").setLevel(logging.CRITICAL)
+            print(f"gpt: error: {message}", file=sys.stderr)
+            return EXIT_DISK_FULL
+        if is_peer_failure(err):
+            exit_on_lost_peer(err, run)
+        raise
     minutes = (time.perf_counter() - started) / 60
     print(
         f"\nDone in {minutes:.1f} min: step {result.step}, train loss {result.loss:.4f}, "

@@ -30,6 +30,7 @@ from ._checkpoint import Checkpointer
 from ._config import Config
 from ._data import Dataset, eval_batches, load_dataset, train_batch
 from ._errors import ConfigError, TrainingDivergedError, UsageError
+from ._lock import run_lock
 from ._model import compute_dtype, flops_per_token
 from ._parallel import make_mesh
 from ._progress import Progress, peak_flops, plot_losses
@@ -272,14 +273,17 @@ def train(
     abstract = _abstract(cfg, optimizer, mesh)
     if _is_primary():
         run.mkdir(parents=True, exist_ok=True)
-    _write_text(run / "config.toml", _config.dumps(cfg))
-    ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints)
-    try:
-        return _train(
-            cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt
-        )
-    finally:
-        ckpt.close()
+    # Held until training ends, and taken before looking for checkpoints, so that of two launches
+    # into one run folder only one gets past this line (process 0 writes the folder for all).
+    with run_lock(run, stream=stream) if _is_primary() else contextlib.nullcontext():
+        _write_text(run / "config.toml", _config.dumps(cfg))
+        ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints)
+        try:
+            return _train(
+                cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt
+            )
+        finally:
+            ckpt.close()
 
 
 def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Any, abstract: Any, ckpt: Checkpointer,
