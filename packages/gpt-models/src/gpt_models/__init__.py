@@ -19,6 +19,7 @@ from ._errors import ConfigError as ConfigError
 from ._errors import DataError as DataError
 from ._errors import TrainingDivergedError as TrainingDivergedError
 from ._errors import UsageError as UsageError
+from ._lock import RunInUseError as RunInUseError
 from ._loop import train as train
 from ._model import GPT as GPT
 from ._model import forward as forward
