@@ -80,6 +80,14 @@ def _steps(run: Path) -> list[int]:
     )
 
 
+def _partial(run: Path) -> set[str]:
+    """Checkpoint folders orbax has not finished (it renames them when complete)."""
+    folder = run / "checkpoints"
+    return (
+        {p.name for p in folder.iterdir() if p.name.endswith("tmp")} if folder.is_dir() else set()
+    )
+
+
 def _wait_for(predicate, proc: subprocess.Popen, what: str, timeout: float = TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -116,7 +124,7 @@ def test_kill_9_at_random_moments_always_resumes(tmp_path):
               "--set", f"train.steps={steps}", "--set", "train.checkpoint_every=3"]  # fmt: skip
     resumed_from, mid_save, exits = [], 0, []
     for i in range(tries):
-        before = _steps(run)
+        before, partial_before = _steps(run), _partial(run)
         proc = _start(*(launch if i == 0 else ["train", "--resume", str(run)]))
         newest = (before or [0])[-1]
         _wait_for(
@@ -128,9 +136,7 @@ def test_kill_9_at_random_moments_always_resumes(tmp_path):
         rc, out = _finish(proc)
         exits.append(time.monotonic() - t0)
         assert rc == -signal.SIGKILL, out[-3000:]
-        mid_save += any(
-            p.name.endswith("orbax-checkpoint-tmp") for p in (run / "checkpoints").iterdir()
-        )
+        mid_save += bool(_partial(run) - partial_before)  # a save this kill interrupted
         if i:
             found = re.search(r"Resumed from checkpoint step (\d+)", out)
             assert found, out[-3000:]
@@ -229,10 +235,11 @@ def _two_processes(tmp_path: Path, name: str, every: int) -> list[subprocess.Pop
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker", "coordinator"])
 def test_peer_killed_mid_run_stops_the_others_and_stays_restorable(tmp_path, victim):
     run = tmp_path / "mp"
-    procs = _two_processes(tmp_path, "mp", every=20)
+    procs = _two_processes(tmp_path, "mp", every=200)
     survivor = procs[1 - victim]
-    _wait_for(lambda: 20 in _steps(run), survivor, "checkpoint 20")
-    time.sleep(0.5)  # between saves: the survivor is in a training step's collective
+    _wait_for(lambda: 200 in _steps(run), survivor, "checkpoint 200")
+    # Well between saves (~200 steps apart): the survivor is in a training step's collective.
+    time.sleep(0.5)
     procs[victim].kill()
     t0 = time.monotonic()
     rc, out = _finish(survivor, timeout=60)
@@ -249,7 +256,7 @@ def test_peer_killed_mid_run_stops_the_others_and_stays_restorable(tmp_path, vic
         # names the leader task (we cannot intercept that abort in-process).
         assert rc in (3, -signal.SIGABRT), out[-3000:]
         assert "lost contact with process 0" in out or "leader task" in out, out[-3000:]
-        outcome = f"stopped (exit {rc}), JAX names the leader"
+        outcome = "clear error (exit 3)" if rc == 3 else "JAX's abort naming the leader"
     # The last committed checkpoint stays restorable (on one process: orbax reshards).
     assert _steps(run), out[-3000:]
     rc, out = _gpt("eval", "--run", str(run))
