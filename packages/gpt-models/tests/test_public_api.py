@@ -11,6 +11,7 @@ EXPECTED = {
     "MeshConfig",
     "ModelConfig",
     "PRESETS",
+    "RunInUseError",
     "SampleConfig",
     "TrainConfig",
     "TrainingDivergedError",

@@ -25,6 +25,7 @@ from ._errors import ConfigError as ConfigError
 from ._errors import DataError as DataError
 from ._errors import TrainingDivergedError as TrainingDivergedError
 from ._errors import UsageError as UsageError
+from ._lock import RunInUseError as RunInUseError
 from ._loop import RunResult as RunResult
 from ._loop import train as train
 from ._model import GPT as GPT

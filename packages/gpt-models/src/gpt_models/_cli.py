@@ -3,7 +3,10 @@
 This module is the argument parser and the exit statuses; what each command does is
 ``_commands.py``. User mistakes (bad flags, unknown config keys, bad values, missing data, an
 impossible mesh, a missing extra) print one message naming the problem and the valid choices and
-exit with status 2, without a traceback.
+exit with status 2, without a traceback (a run folder another process is training in counts too).
+Other exit statuses: 1 training diverged; 3 a multi-process run could not start (``--init-timeout``)
+or lost a process; 4 the disk filled up (the newest complete checkpoint stays restorable); 128 + N
+stopped by signal N after saving.
 """
 
 from __future__ import annotations
@@ -63,6 +66,22 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
                    help="multi-host: address of process 0 (or JAX_COORDINATOR_ADDRESS)")  # fmt: skip
     p.add_argument("--num-processes", type=int, default=None, help="multi-host: process count")
     p.add_argument("--process-id", type=int, default=None, help="multi-host: this process's index")
+    p.add_argument("--init-timeout", type=_positive_seconds, default=300.0, metavar="SECONDS",
+                   help="multi-host: give up (exit status 3) if not every process has joined "
+                        "the coordinator after this long; default 300")  # fmt: skip
+    p.add_argument("--heartbeat-timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
+                   help="multi-host: stop every process when one has not been heard from for "
+                        "this long (a hung or lost peer); default 60")  # fmt: skip
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def _run_args(p: argparse.ArgumentParser, keys: str, example: str) -> None:

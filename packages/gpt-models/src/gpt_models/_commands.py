@@ -6,6 +6,8 @@ Each returns the exit status; user mistakes raise ``UsageError`` and ``_cli.main
 from __future__ import annotations
 
 import argparse
+import logging
+import math
 import os
 import sys
 import time
@@ -21,6 +23,7 @@ from ._runs import check_run_folder, new_run_dir, run_config
 # The keys `gpt sample` / `gpt eval` may override: the rest (shapes above all) is fixed by the run.
 _SAMPLE_KEYS = ("sample.",)
 _EVAL_KEYS = ("data.", "train.eval_batches")
+EXIT_DISK_FULL = 4  # the multi-process failures exit with 3 (_multihost.EXIT_PEERS)
 
 
 def train(args: argparse.Namespace) -> int:
@@ -50,6 +53,19 @@ def train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 128 + stop.signum
+    except Exception as err:
+        from ._diskfull import disk_full_message
+        from ._multihost import exit_on_lost_peer, is_peer_failure
+
+        if (message := disk_full_message(err, run)) is not None:
+            # Orbax's background writers may still log the same failure while they wind down;
+            # our message is the one that says what to do.
+            logging.getLogger("absl").setLevel(logging.CRITICAL)
+            print(f"gpt: error: {message}", file=sys.stderr)
+            return EXIT_DISK_FULL
+        if is_peer_failure(err):
+            exit_on_lost_peer(err, run)
+        raise
     minutes = (time.perf_counter() - started) / 60
     print(
         f"\nDone in {minutes:.1f} min: step {result.step}, train loss {result.loss:.4f}, "
@@ -104,9 +120,12 @@ def evaluate(args: argparse.Namespace) -> int:
 def _maybe_distributed(args: argparse.Namespace) -> None:
     # Only when asked: auto-detection is for clusters and must not slow down a laptop run.
     if args.coordinator or args.num_processes or os.environ.get("JAX_COORDINATOR_ADDRESS"):
-        import paramspec as ps
+        from . import _multihost
 
-        ps.initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+        _multihost.start(
+            args.coordinator, args.num_processes, args.process_id,
+            init_timeout=args.init_timeout, heartbeat_timeout=math.ceil(args.heartbeat_timeout),
+        )  # fmt: skip
 
 
 def _train_config(args: argparse.Namespace) -> Config:

@@ -7,6 +7,7 @@ plot and a sample. Run folders are ``_runs.py``; signals ``_signals.py``; metric
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import math
@@ -27,6 +28,7 @@ from ._config_io import dumps
 from ._data import Dataset, load_dataset, train_batch
 from ._errors import ConfigError, TrainingDivergedError, UsageError
 from ._inference import Evaluator, sample_text
+from ._lock import run_lock
 from ._logging import check_wandb, make_logger
 from ._model import compute_dtype, flops_per_token
 from ._parallel import make_mesh
@@ -117,14 +119,17 @@ def train(
     abstract = _abstract(cfg, optimizer, mesh)
     if is_primary():
         run.mkdir(parents=True, exist_ok=True)
-    write_text(run / "config.toml", dumps(cfg))
-    ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints)
-    try:
-        return _train(
-            cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt
-        )
-    finally:
-        ckpt.close()
+    # Held until training ends, and taken before looking for checkpoints, so that of two launches
+    # into one run folder only one gets past this line (process 0 writes the folder for all).
+    with run_lock(run, stream=stream) if is_primary() else contextlib.nullcontext():
+        write_text(run / "config.toml", dumps(cfg))
+        ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints)
+        try:
+            return _train(
+                cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt
+            )
+        finally:
+            ckpt.close()
 
 
 def _check_batch_fits(cfg: Config, mesh: Any) -> None:

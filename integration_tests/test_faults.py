@@ -1,0 +1,365 @@
+"""``gpt train`` under faults: kill -9, concurrent launches, missing and dying peers, a full disk.
+
+Every run is a ``gpt`` subprocess (one fake CPU device each, a model of ~10k parameters) with a
+timeout, so a hang fails the test instead of blocking CI. Each test prints a row of the fault table
+(fault, tries, outcome, seconds to exit); run with ``-s`` to see them.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT_S = 240
+TINY = [
+    "--set", "model.seq_len=16", "--set", "model.d_model=16", "--set", "model.n_layers=1",
+    "--set", "model.n_heads=1", "--set", "train.batch_size=2", "--set", "train.warmup_steps=1",
+    "--set", "train.eval_every=100000", "--set", "train.eval_batches=1",
+    "--set", "sample.max_new_tokens=2",
+]  # fmt: skip
+CHECK_FAILURE = "Check failure stack trace"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compile_cache(tmp_path_factory):
+    # Every test starts the same tiny model a dozen times: a persistent compilation cache shared by
+    # the subprocesses halves each start-up on a loaded 2-core machine.
+    global _CACHE
+    _CACHE = str(tmp_path_factory.mktemp("jax-cache"))
+
+
+_CACHE = ""
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled"}
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+    env |= {"JAX_COMPILATION_CACHE_DIR": _CACHE, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+        env.pop(var, None)
+    return env
+
+
+def _start(*args: str, code: str | None = None) -> subprocess.Popen:
+    head = ["-c", code] if code else ["-m", "gpt_models"]
+    return subprocess.Popen(
+        [sys.executable, *head, *args], env=_env(), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def _finish(proc: subprocess.Popen, timeout: float = TIMEOUT_S) -> tuple[int, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"gpt hung (killed after {timeout} s):\n{out[-2000:]}\n{err[-4000:]}")
+    return proc.returncode, out + err
+
+
+def _gpt(*args: str) -> tuple[int, str]:
+    return _finish(_start(*args))
+
+
+def _steps(run: Path) -> list[int]:
+    folder = run / "checkpoints"
+    return (
+        sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+    )
+
+
+def _partial(run: Path) -> set[str]:
+    """Checkpoint folders orbax has not finished (it renames them when complete)."""
+    folder = run / "checkpoints"
+    return (
+        {p.name for p in folder.iterdir() if p.name.endswith("tmp")} if folder.is_dir() else set()
+    )
+
+
+def _wait_for(predicate, proc: subprocess.Popen, what: str, timeout: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            pytest.fail(
+                f"gpt exited ({proc.returncode}) before {what}:\n{''.join(proc.communicate())[-4000:]}"
+            )
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no {what} after {timeout} s")
+        time.sleep(0.05)
+
+
+def _row(fault: str, tries: int, outcome: str, seconds: list[float]) -> None:
+    shown = f"{min(seconds):.1f}-{max(seconds):.1f}" if seconds else "-"
+    print(f"\n| {fault} | {tries} | {outcome} | {shown} s |")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------------------------
+# kill -9 at random moments, saves included: always restorable, and resume continues
+
+
+def test_kill_9_at_random_moments_always_resumes(tmp_path):
+    rng = random.Random(18)
+    run = tmp_path / "run"
+    steps, tries = 600, 10
+    launch = ["train", "--out", str(tmp_path), "--name", "run", *TINY,
+              "--set", f"train.steps={steps}", "--set", "train.checkpoint_every=3"]  # fmt: skip
+    resumed_from, mid_save, exits = [], 0, []
+    for i in range(tries):
+        before, partial_before = _steps(run), _partial(run)
+        proc = _start(*(launch if i == 0 else ["train", "--resume", str(run)]))
+        newest = (before or [0])[-1]
+        _wait_for(
+            lambda n=newest: bool(_steps(run)) and _steps(run)[-1] > n, proc, "a new checkpoint"
+        )
+        time.sleep(rng.uniform(0.0, 0.6))
+        proc.send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        rc, out = _finish(proc)
+        exits.append(time.monotonic() - t0)
+        assert rc == -signal.SIGKILL, out[-3000:]
+        mid_save += bool(_partial(run) - partial_before)  # a save this kill interrupted
+        if i:
+            found = re.search(r"Resumed from checkpoint step (\d+)", out)
+            assert found, out[-3000:]
+            resumed_from.append(int(found.group(1)))
+            # The kill -9 before left the lock file behind; it is taken over, with a notice.
+            assert "which is no longer running; taking it over" in out, out[-3000:]
+            assert resumed_from[-1] == before[-1], (resumed_from, before)
+    last = _steps(run)[-1]
+    rc, out = _gpt("train", "--resume", str(run))
+    assert rc == 0, out[-4000:]
+    assert f"Resumed from checkpoint step {last} " in out, out[-3000:]
+    assert _steps(run)[-1] == steps
+    assert not (run / "lock").exists()
+    assert resumed_from == sorted(resumed_from) and len(resumed_from) == tries - 1
+    # The issue asks for kills during saves too: with a save every 3 steps most moments hit one.
+    assert mid_save >= 1, "no kill landed during a checkpoint save; raise the number of tries"
+    _row(
+        "kill -9 at random moments",
+        tries,
+        f"restorable {tries}/{tries} ({mid_save} mid-save)",
+        exits,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# two launches into one run folder, two seconds apart
+
+
+def test_concurrent_launch_into_one_run_is_refused(tmp_path):
+    run = tmp_path / "run"
+    launch = ["train", "--out", str(tmp_path), "--name", "run", *TINY,
+              "--set", "train.steps=100000", "--set", "train.checkpoint_every=5"]  # fmt: skip
+    first = _start(*launch)
+    time.sleep(2.0)
+    second = _start(*launch)
+    # Whichever takes the lock first trains; the other must be refused (exit 2) and name it.
+    t0 = time.monotonic()
+    deadline = time.monotonic() + TIMEOUT_S
+    while first.poll() is None and second.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    loser, winner = (first, second) if first.poll() is not None else (second, first)
+    rc, out = _finish(loser)
+    took = time.monotonic() - t0
+    assert rc == 2, out[-3000:]
+    assert f"Run folder {run} is in use: pid {winner.pid} on host {socket.gethostname()}" in out
+    assert "Traceback" not in out
+    _wait_for(lambda: _steps(run), winner, "a checkpoint")
+    # Resuming a live run is refused the same way; reading it (eval) is fine.
+    rc, out = _gpt("train", "--resume", str(run))
+    assert rc == 2 and f"is in use: pid {winner.pid}" in out, out[-3000:]
+    rc, out = _gpt("eval", "--run", str(run))
+    assert rc == 0 and out.startswith("val_loss "), out[-3000:]
+    winner.kill()
+    _finish(winner)
+    _row("concurrent launch / resume of a live run", 2, "clear error (exit 2)", [took])
+
+
+# ------------------------------------------------------------------------------------------------
+# multi-process start-up that never completes
+
+
+def test_missing_coordinator_or_peer_times_out_with_a_message(tmp_path):
+    base = ["train", "--out", str(tmp_path), "--name", "mp", *TINY, "--num-processes", "2",
+            "--init-timeout", "3"]  # fmt: skip
+    # Process 1 with no coordinator at all; process 0 whose peer never comes.
+    lone_1 = _start(*base, "--coordinator", f"127.0.0.1:{_free_port()}", "--process-id", "1")
+    lone_0 = _start(*base, "--coordinator", f"127.0.0.1:{_free_port()}", "--process-id", "0")
+    t0 = time.monotonic()
+    times = []
+    for proc, expected in (
+        (lone_1, "process 1 of 2: no coordinator is listening at 127.0.0.1:"),
+        (lone_0, "process 0 of 2: gave up after 3 s waiting for all 2 processes to join"),
+    ):
+        rc, out = _finish(proc, timeout=120)
+        times.append(time.monotonic() - t0)
+        assert rc == 3, out[-3000:]
+        assert "waiting for all 2 processes to join the coordinator at 127.0.0.1:" in out
+        assert expected in out and "raise --init-timeout" in out, out[-3000:]
+        assert CHECK_FAILURE not in out and "Traceback" not in out, out[-3000:]
+    _row("missing coordinator / peer at start-up", 2, "clear error (exit 3)", times)
+
+
+# ------------------------------------------------------------------------------------------------
+# a peer killed mid-run
+
+
+def _two_processes(tmp_path: Path, name: str, every: int) -> list[subprocess.Popen]:
+    port = _free_port()
+    args = ["train", "--out", str(tmp_path), "--name", name, *TINY, "--mesh", "data=2",
+            "--set", "train.steps=100000", "--set", f"train.checkpoint_every={every}",
+            "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+            "--heartbeat-timeout", "10"]  # fmt: skip
+    return [_start(*args, "--process-id", str(i)) for i in range(2)]
+
+
+@pytest.mark.parametrize("victim", [1, 0], ids=["worker", "coordinator"])
+def test_peer_killed_mid_run_stops_the_others_and_stays_restorable(tmp_path, victim):
+    run = tmp_path / "mp"
+    procs = _two_processes(tmp_path, "mp", every=200)
+    survivor = procs[1 - victim]
+    _wait_for(lambda: 200 in _steps(run), survivor, "checkpoint 200")
+    # Well between saves (~200 steps apart): the survivor is in a training step's collective.
+    time.sleep(0.5)
+    procs[victim].kill()
+    t0 = time.monotonic()
+    rc, out = _finish(survivor, timeout=60)
+    took = time.monotonic() - t0
+    _finish(procs[victim])
+    if victim == 1:
+        # The survivor's collective fails: our message, naming the lost process.
+        assert rc == 3, out[-3000:]
+        assert "process 0 of 2 lost contact with process 1 of the run" in out
+        assert f"gpt train --resume {run}" in out and CHECK_FAILURE not in out
+        outcome = "clear error (exit 3)"
+    else:
+        # Losing the coordinator, JAX's client aborts the process at once from C++: its message
+        # names the leader task (we cannot intercept that abort in-process).
+        assert rc in (3, -signal.SIGABRT), out[-3000:]
+        assert "lost contact with process 0" in out or "leader task" in out, out[-3000:]
+        outcome = "clear error (exit 3)" if rc == 3 else "JAX's abort naming the leader"
+    # The last committed checkpoint stays restorable (on one process: orbax reshards).
+    assert _steps(run), out[-3000:]
+    rc, out = _gpt("eval", "--run", str(run))
+    assert rc == 0 and out.startswith("val_loss "), out[-3000:]
+    _row(
+        f"peer killed mid-run ({['coordinator', 'worker'][victim]})",
+        1,
+        f"{outcome}, restorable",
+        [took],
+    )
+
+
+def test_peer_killed_during_a_save_stops_the_other_within_the_heartbeat(tmp_path):
+    # Killed while checkpoints are being written (one every 2 steps), the survivor may be waiting
+    # in orbax's barrier rather than a collective: JAX's heartbeat (10 s here) then stops it.
+    run = tmp_path / "mp"
+    procs = _two_processes(tmp_path, "mp", every=2)
+    _wait_for(lambda: 10 in _steps(run), procs[0], "checkpoint 10")
+    procs[1].kill()
+    t0 = time.monotonic()
+    rc, out = _finish(procs[0], timeout=60)
+    took = time.monotonic() - t0
+    _finish(procs[1])
+    assert rc in (3, -signal.SIGABRT), out[-3000:]
+    named = "lost contact with process 1" in out or "stopped sending heartbeats):\n1" in out
+    assert named, out[-3000:]
+    rc, out = _gpt("eval", "--run", str(run))
+    assert rc == 0 and out.startswith("val_loss "), out[-3000:]
+    _row("peer killed during a save (worker)", 1, "stopped, lost process named, restorable", [took])
+
+
+# ------------------------------------------------------------------------------------------------
+# a full disk
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir()
+    cmd = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)]
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    where = tmp_path / "disk"
+    if os.geteuid() != 0 or not _mount_tmpfs(where, "3m"):
+        pytest.skip("needs root to mount a small tmpfs (a real full disk for orbax's writers)")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
+
+
+def test_disk_full_during_checkpoint_keeps_the_run_resumable(small_tmpfs):
+    run = small_tmpfs / "run"
+    t0 = time.monotonic()
+    rc, out = _gpt("train", "--out", str(small_tmpfs), "--name", "run", *TINY,
+                   "--set", "train.steps=200", "--set", "train.checkpoint_every=5",
+                   "--set", "train.keep_checkpoints=1000")  # fmt: skip
+    took = time.monotonic() - t0
+    assert rc == 4, out[-3000:]
+    last = _steps(run)[-1]
+    assert f"gpt: error: The disk is full: writing {run}" in out, out[-3000:]
+    assert " free on that filesystem" in out
+    assert f"The newest complete checkpoint, step {last} in {run / 'checkpoints'}, is intact" in out
+    subprocess.run(["mount", "-o", "remount,size=40m", str(small_tmpfs)], check=True, timeout=30)
+    rc, out = _gpt("train", "--resume", str(run))
+    assert rc == 0, out[-3000:]
+    assert f"Resumed from checkpoint step {last}" in out
+    assert _steps(run)[-1] == 200
+    _row("disk full during checkpoint (tmpfs)", 1, "clear error (exit 4), restorable", [took])
+
+
+# A filesystem shim: every write under metrics/ fails with ENOSPC once ``FULL_AFTER`` have worked.
+METRICS_SHIM = """
+import builtins, errno, os, sys
+real_open, count = builtins.open, [0]
+def full_open(file, mode="r", *args, **kwargs):
+    if "w" in mode and "/metrics/" in str(file):
+        count[0] += 1
+        if count[0] > int(os.environ["FULL_AFTER"]):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file))
+    return real_open(file, mode, *args, **kwargs)
+builtins.open = full_open
+from gpt_models._cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_disk_full_during_metrics_write_keeps_the_run_resumable(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    monkeypatch.setenv("FULL_AFTER", "2")
+    t0 = time.monotonic()
+    rc, out = _finish(_start("train", "--out", str(tmp_path), "--name", "run", *TINY,
+                             "--set", "train.steps=200", "--set", "train.checkpoint_every=10",
+                             "--set", "log.every=1", code=METRICS_SHIM))  # fmt: skip
+    took = time.monotonic() - t0
+    assert rc == 4, out[-3000:]
+    assert f"gpt: error: The disk is full: writing {run / 'metrics'}" in out, out[-3000:]
+    assert "Traceback" not in out.split("gpt: error:")[-1]
+    last = _steps(run)[-1]
+    monkeypatch.delenv("FULL_AFTER")
+    rc, out = _gpt("train", "--resume", str(run))
+    assert rc == 0, out[-3000:]
+    assert f"Resumed from checkpoint step {last}" in out and _steps(run)[-1] == 200
+    _row("disk full during metrics write (shim)", 1, "clear error (exit 4), restorable", [took])

@@ -1,0 +1,127 @@
+"""One live training process per run folder: an exclusive ``flock`` on ``<run>/lock``.
+
+Why ``flock`` and not a pid file: the kernel drops the lock when its process dies, however it dies
+(``kill -9`` included), so a lock can never be left stuck by a dead process on a local filesystem,
+and taking it is atomic, so two launches a moment apart cannot both get it. The file also holds JSON
+naming the holder (pid, host, start time, command) so a refused launch can say who runs the folder;
+a file left by a process that died is how we recognise (and report) a take-over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shlex
+import socket
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from ._errors import UsageError
+
+LOCK_NAME = "lock"
+
+
+class RunInUseError(UsageError):
+    """Another live process is training in this run folder (the CLI exits with status 2)."""
+
+
+def _holder() -> dict[str, Any]:
+    return {
+        "pid": os.getpid(),
+        "hostname": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": shlex.join(sys.argv),
+    }
+
+
+def _read_holder(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # absent, or written only partly when its process was killed
+    return data if isinstance(data, dict) else None
+
+
+def _describe(holder: dict[str, Any] | None) -> str:
+    if not holder:
+        return "another process (it has not written its details yet)"
+    return (
+        f"pid {holder.get('pid')} on host {holder.get('hostname')} (started "
+        f"{holder.get('started')}: {holder.get('command')})"
+    )
+
+
+def _open_locked(path: Path) -> int:
+    """An fd of ``path`` holding its exclusive flock, or RunInUseError if another process holds it."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunInUseError(
+                f"Run folder {path.parent} is in use: {_describe(_read_holder(path))} is training "
+                "in it. Two processes writing one run would interleave its checkpoints and metrics. "
+                "Wait for it to finish (or stop it), then `gpt train --resume "
+                f"{path.parent}`; or start a new run with another --name."
+            ) from None
+        except OSError:
+            os.close(fd)
+            raise
+        # The holder unlinks the file when it finishes: if that happened between our open and our
+        # flock, we locked a file no one else will ever see; open the path again.
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def run_lock(run: Path, *, stream: TextIO | None = None) -> Iterator[None]:
+    """Hold the run folder's lock for the duration of the block (the folder must exist).
+
+    Raises:
+        RunInUseError: a live process holds it; the message names that process.
+    """
+    path = run / LOCK_NAME
+    try:
+        fd = _open_locked(path)
+    except OSError as err:
+        if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        # Some network/FUSE filesystems refuse flock; training unprotected beats not training.
+        warnings.warn(
+            f"Cannot lock run folder {run} ({err.strerror}): nothing stops a second process from "
+            "training in it at the same time.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        yield
+        return
+    left = _read_holder(path)
+    if left is not None:
+        print(
+            f"note: {run} was last held by {_describe(left)}, which is no longer running; "
+            "taking it over.",
+            file=stream or sys.stderr,
+        )
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(_holder()).encode(), 0)
+    try:
+        yield
+    finally:
+        # Unlink before closing: a clean exit leaves no file, so a leftover one always means a
+        # holder that died.
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)

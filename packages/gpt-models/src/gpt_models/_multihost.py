@@ -1,0 +1,174 @@
+"""Multi-process start-up and peer loss for ``gpt train``: say what we wait for, never wait forever.
+
+``jax.distributed.initialize`` waits silently, and when its ``initialization_timeout`` runs out it
+aborts the process from C++ (a check-failure stack trace that names neither the address nor the
+process). So we (1) say what we wait for, (2) for process i > 0, wait for the coordinator's port to
+accept connections in Python first (the usual failure: process 0 never started or the address is
+wrong), and (3) run a watchdog that prints our message and exits *before* JAX's own deadline for the
+rest (a process that never joins). JAX's deadline is set a margin later, so ours always fires first.
+
+After start-up, a peer that dies makes the survivors' next collective fail; :func:`exit_on_lost_peer`
+turns that into one message naming the lost process and an exit that skips JAX's shutdown barrier
+(which would otherwise wait for the dead peer, then abort from C++). A peer that hangs is caught by
+JAX's heartbeat (``--heartbeat-timeout``), which stops every process with JAX's own message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import NoReturn, TextIO
+
+# Exit status of a multi-process failure: start-up timed out, or a peer was lost. Distinct from 2
+# (a mistake in the command) because relaunching the same command may well work.
+EXIT_PEERS = 3
+
+# JAX's own initialization deadline comes this long after ours, so our message is the one printed.
+_JAX_MARGIN_S = 30
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(
+            f"--coordinator {address!r}: expected HOST:PORT, the address of process 0, e.g. "
+            "--coordinator 10.0.0.1:1234."
+        )
+    return host.strip("[]"), int(port)
+
+
+def _fail(message: str, stream: TextIO) -> NoReturn:
+    print(f"gpt: error: {message}", file=stream, flush=True)
+    # os._exit, not sys.exit: JAX's atexit shutdown would wait for the missing peers, then abort
+    # from C++. Nothing of ours is left to flush (checkpoints commit atomically on their own).
+    os._exit(EXIT_PEERS)
+
+
+def _wait_for_port(address: str, deadline: float) -> bool:
+    """True once something accepts connections at ``address``; False at ``deadline``."""
+    host, port = _split_address(address)
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.25)
+
+
+@contextlib.contextmanager
+def _watchdog(seconds: float, message: str, stream: TextIO) -> Iterator[None]:
+    """Exit with ``message`` if the block has not finished after ``seconds``."""
+    done = threading.Event()
+
+    def watch() -> None:
+        if not done.wait(seconds):
+            _fail(message, stream)
+
+    thread = threading.Thread(target=watch, name="gpt-startup-watchdog", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
+def start(
+    address: str | None,
+    num_processes: int | None,
+    process_id: int | None,
+    *,
+    init_timeout: float,
+    heartbeat_timeout: int,
+    stream: TextIO | None = None,
+) -> None:
+    """Join the multi-process run, or exit with status 3 and a message within ``init_timeout`` s.
+
+    ``None`` arguments come from ``JAX_COORDINATOR_ADDRESS`` / ``JAX_NUM_PROCESSES`` /
+    ``JAX_PROCESS_ID`` (read by ``paramspec.initialize_distributed``).
+    """
+    import paramspec as ps
+
+    stream = stream or sys.stderr
+    address = address or os.environ.get("JAX_COORDINATOR_ADDRESS")
+    n = num_processes if num_processes is not None else os.environ.get("JAX_NUM_PROCESSES")
+    i = process_id if process_id is not None else os.environ.get("JAX_PROCESS_ID")
+    who = f"process {i} of {n}"
+    deadline = time.monotonic() + init_timeout
+    print(
+        f"{who}: waiting for all {n} processes to join the coordinator at {address} "
+        f"(giving up after {init_timeout:g} s, --init-timeout)",
+        file=stream,
+        flush=True,
+    )
+    if address and str(i) not in ("0", "None") and not _wait_for_port(address, deadline):
+        _fail(
+            f"{who}: no coordinator is listening at {address} after {init_timeout:g} s. Process 0 "
+            "hosts it: start process 0 with the same --coordinator (it must be reachable from "
+            "this host at that address and port), or raise --init-timeout if it starts later.",
+            stream,
+        )
+    left = max(deadline - time.monotonic(), 0.0)
+    with _watchdog(
+        left,
+        f"{who}: gave up after {init_timeout:g} s waiting for all {n} processes to join the "
+        f"coordinator at {address}; not every process arrived. Check that every process was "
+        f"started with --num-processes {n}, the same --coordinator and a distinct --process-id "
+        f"in 0..{_last(n)}, or raise --init-timeout if some start later.",
+        stream,
+    ):
+        ps.initialize_distributed(
+            address, num_processes, process_id,
+            initialization_timeout=int(left) + _JAX_MARGIN_S,
+            heartbeat_timeout_seconds=heartbeat_timeout,
+        )  # fmt: skip
+
+
+def _last(n: object) -> str:
+    return str(int(str(n)) - 1) if str(n).isdigit() else "N-1"
+
+
+# Texts of the runtime errors a collective raises when a peer's connection breaks (Gloo on CPU,
+# NCCL on GPU, the coordination service on any backend).
+_PEER_SIGNS = (
+    "gloo",
+    "nccl",
+    "connection reset",
+    "connection refused",
+    "socket closed",
+    "unavailable",
+    "heartbeat",
+    "coordination service",
+)
+
+
+def is_peer_failure(err: BaseException) -> bool:
+    """Whether ``err`` comes from a broken connection to another process of a multi-process run."""
+    import jax
+
+    if not jax.distributed.is_initialized() or jax.process_count() < 2:
+        return False
+    text = str(err).lower()
+    return any(sign in text for sign in _PEER_SIGNS)
+
+
+def exit_on_lost_peer(err: BaseException, run: object, stream: TextIO | None = None) -> NoReturn:
+    """Report a lost peer (naming it when it can be told) and exit with status 3 at once."""
+    import jax
+
+    stream = stream or sys.stderr
+    me, n = jax.process_index(), jax.process_count()
+    lost = f"process {1 - me}" if n == 2 else "another process"
+    detail = " ".join(str(err).split())[:300]
+    _fail(
+        f"process {me} of {n} lost contact with {lost} of the run (it died, was stopped or the "
+        f"network failed): {detail}\nEvery process stops; the last complete checkpoint in {run} "
+        f"is intact. Restart all {n} processes with `gpt train --resume {run}`.",
+        stream,
+    )
