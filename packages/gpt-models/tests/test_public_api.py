@@ -1,6 +1,7 @@
 import gpt_models
 
 EXPECTED = {
+    "BPETokenizer",
     "ByteTokenizer",
     "Config",
     "ConfigError",
@@ -9,6 +10,7 @@ EXPECTED = {
     "GPT",
     "LogConfig",
     "MeshConfig",
+    "PEAK_FLOPS",
     "ModelConfig",
     "PRESETS",
     "SampleConfig",
@@ -20,6 +22,7 @@ EXPECTED = {
     "generate",
     "init_params",
     "load_config",
+    "peak_flops",
     "train",
 }
 

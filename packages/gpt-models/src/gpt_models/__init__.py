@@ -1,10 +1,11 @@
 """gpt-models: GPT language models on paramspec, lox, optax and orbax; train, resume, evaluate, sample.
 
 The CLI ``gpt`` (``gpt train``, ``gpt sample``, ``gpt eval``) is the usual entry point; the library
-exposes the same pieces: configs and presets, the byte tokenizer and data, the model's ``forward``,
+exposes the same pieces: configs and presets, the byte and BPE tokenizers and data, the model's ``forward``,
 ``generate`` and ``train``.
 """
 
+from ._bpe import BPETokenizer as BPETokenizer
 from ._config import PRESETS as PRESETS
 from ._config import Config as Config
 from ._config import DataConfig as DataConfig
@@ -20,6 +21,8 @@ from ._errors import DataError as DataError
 from ._errors import TrainingDivergedError as TrainingDivergedError
 from ._errors import UsageError as UsageError
 from ._loop import train as train
+from ._mfu import PEAK_FLOPS as PEAK_FLOPS
+from ._mfu import peak_flops as peak_flops
 from ._model import GPT as GPT
 from ._model import forward as forward
 from ._model import init_params as init_params

@@ -7,6 +7,7 @@ message naming the problem and the valid choices and exit with status 2, without
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -167,9 +168,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     minutes = (time.perf_counter() - started) / 60
     print(
         f"\nDone in {minutes:.1f} min: step {result.step}, train loss {result.loss:.4f}, "
-        f"val loss {result.val_loss:.4f} nats/token, {result.tokens_per_s / 1e3:.1f}k tok/s, "
-        f"MFU {100 * result.mfu:.1f}%.\nRun folder: {run} (config.toml, checkpoints/, metrics/, "
-        f"loss.png, sample.txt)\n\n--- sample ---\n{result.sample}\n--------------",
+        f"val loss {result.val_loss:.4f} nats/byte, {result.tokens_per_s / 1e3:.1f}k tok/s"
+        f"{'' if math.isnan(result.mfu) else f', MFU {100 * result.mfu:.1f}%'}.\nRun folder: {run} "
+        f"(config.toml, checkpoints/, metrics/, metrics.csv, loss.png, sample.txt)\n\n--- sample "
+        f"---\n{result.sample}\n--------------",
     )
     return 0
 
@@ -194,12 +196,15 @@ def _chosen_run(args: argparse.Namespace) -> str:
 
 def _cmd_sample(args: argparse.Namespace) -> int:
     from ._loop import load_run, sample_text
+    from ._tokenize import run_tokenizer
 
-    cfg, params, _ = load_run(_chosen_run(args))
+    run = _chosen_run(args)
+    cfg, params, _ = load_run(run)
     try:
         text = sample_text(
             params, cfg, prompt=args.prompt, max_new_tokens=args.max_new_tokens,
             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+            tokenizer=run_tokenizer(run, cfg),
         )  # fmt: skip
     except ValueError as err:  # too long for the context, empty prompt
         return _usage_error(str(err))

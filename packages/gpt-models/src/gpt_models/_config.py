@@ -29,6 +29,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.remat": ("none", "full", "dots"),
     "train.optimizer": ("adamw", "muon"),
     "log.wandb": ("disabled", "offline", "online"),
+    "data.tokenizer": ("byte", "bpe"),
 }
 
 
@@ -108,10 +109,16 @@ class DataConfig:
 
     The last ``val_fraction`` of the tokens is the validation split (fixed, never sampled for training).
     A folder holding nanoGPT's ``train.bin`` and ``val.bin`` uses those two files as the split.
+    ``tokenizer``: ``"byte"`` (UTF-8 bytes, 256 ids) or ``"bpe"`` (byte-level BPE with
+    ``bpe_vocab_size`` ids, trained on the train split of text data and kept in the run folder as
+    ``tokenizer.json``). With text data, or a ``.bin`` whose sidecar names its tokenizer,
+    ``model.vocab_size`` follows the tokenizer (rounded up to a multiple of 64 for BPE).
     """
 
     path: str = ""
     val_fraction: float = 0.1
+    tokenizer: str = "byte"
+    bpe_vocab_size: int = 2048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -392,6 +399,8 @@ def validate(cfg: Config) -> Config:
         problems.append(f"data.val_fraction = {cfg.data.val_fraction} must be between 0 and 1")
     if t.warmup_steps < 0 or t.warmup_steps >= t.steps:
         problems.append(f"train.warmup_steps = {t.warmup_steps} must be in [0, train.steps)")
+    if not 257 <= cfg.data.bpe_vocab_size <= 65536:
+        problems.append(f"data.bpe_vocab_size = {cfg.data.bpe_vocab_size} must be in 257..65536")
     s = cfg.sample
     problems += sampling_problems("sample.", s.max_new_tokens, s.temperature, s.top_k, s.top_p)
     for key, values in CHOICES.items():

@@ -1,7 +1,8 @@
 """The training loop and run folders: ``train``, ``evaluate_run``, ``sample_run``.
 
 A run folder ``runs/<name>/`` holds ``config.toml`` (the resolved config), ``checkpoints/`` (orbax),
-``metrics/`` (lox ``SaveLogger``), ``loss.png`` and ``sample.txt``. Nothing is written outside it.
+``metrics/`` (lox ``SaveLogger``), ``metrics.csv`` (the scalars as one table), ``loss.png``,
+``sample.txt``, and ``tokenizer.json`` when ``data.tokenizer = "bpe"``. Nothing is written outside it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -28,12 +30,15 @@ from core_primitives import list_alternatives
 from . import _config
 from ._checkpoint import Checkpointer
 from ._config import Config
-from ._data import Dataset, eval_batches, load_dataset, train_batch
+from ._data import Dataset, Tokenizer, eval_batches, load_dataset, train_batch
 from ._errors import ConfigError, TrainingDivergedError, UsageError
+from ._metrics_csv import write_metrics_csv
+from ._mfu import peak_flops, unknown_peak_note
 from ._model import compute_dtype, flops_per_token
 from ._parallel import make_mesh
-from ._progress import Progress, peak_flops, plot_losses
+from ._progress import Progress, plot_losses
 from ._sample import generate
+from ._tokenize import decode_lenient, prepare_tokenizer, run_tokenizer, save_tokenizer
 from ._tokenizer import ByteTokenizer
 from ._train import (
     abstract_params,
@@ -202,15 +207,18 @@ class _Evaluator:
             process_count=jax.process_count(),
         )  # fmt: skip
         self.rows = t.batch_size // t.grad_accum
+        # Unknown bytes (a .bin without a sidecar): the loss stays per token.
+        self.bytes_per_token = dataset.bytes_per_token or 1.0
 
     def __call__(self, params: Any) -> float:
+        """Mean validation loss in nats per byte (per token when the bytes are unknown)."""
         losses = []
         for local in self.batches:
             batch = jax.make_array_from_process_local_data(
                 self.sharding, local, (self.rows, local.shape[-1])
             )
             losses.append(self.fn(params, batch))
-        return float(np.mean([_host(x) for x in losses]))
+        return float(np.mean([_host(x) for x in losses])) / self.bytes_per_token
 
 
 def _safe_copy(state: Any) -> Any:
@@ -265,13 +273,17 @@ def train(
     cfg = _config.validate(cfg)
     stream = stream or sys.stderr
     run = Path(run_dir)
+    tokenizer, cfg = prepare_tokenizer(cfg, run, resume=resume, stream=stream)
     mesh = make_mesh(cfg.mesh)
     _check_batch_fits(cfg, mesh)
-    dataset = load_dataset(cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size)
+    dataset = load_dataset(
+        cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size, tokenizer=tokenizer
+    )
     optimizer = make_optimizer(cfg.train)
     abstract = _abstract(cfg, optimizer, mesh)
     if _is_primary():
         run.mkdir(parents=True, exist_ok=True)
+        save_tokenizer(tokenizer, run)
     _write_text(run / "config.toml", _config.dumps(cfg))
     ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints)
     try:
@@ -312,10 +324,10 @@ def _train(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: b
     val = loop.val if math.isfinite(loop.val) else loop.evaluate(state.params)
     tps, mfu = loop.progress.rates(cfg.train.steps)
     if loop.logger:
-        plot_losses(lox.load(run / "metrics" / "run_0"), run / "loss.png")
+        plot_losses(lox.load(run / "metrics" / "run_0"), run / "loss.png", dataset.bytes_per_token)
     sample = ""
     if write_sample:
-        sample = sample_text(state.params, cfg)
+        sample = sample_text(state.params, cfg, tokenizer=dataset.tokenizer)
         _write_text(run / "sample.txt", sample)
     return RunResult(run, cfg.train.steps, loop.loss, val, tps, mfu, sample)
 
@@ -334,7 +346,10 @@ class _Loop:
         self.evaluate = _Evaluator(cfg, mesh, abstract.params, dataset)
         self.logger = _loggers(cfg, run) if _is_primary() else None
         self.log_state = self.logger.init() if self.logger else None
-        peak = peak_flops(list(mesh.devices.flat), compute_dtype(cfg.model), t.peak_flops)
+        devices = list(mesh.devices.flat)
+        peak = peak_flops(devices, compute_dtype(cfg.model), t.peak_flops)
+        self.peak_note = unknown_peak_note(devices, t.peak_flops)
+        self.started = time.perf_counter()
         self.progress = Progress(
             t.steps, start, t.batch_size * cfg.model.seq_len, flops_per_token(cfg.model), peak,
             every=cfg.log.every, stream=self.stream,
@@ -350,6 +365,8 @@ class _Loop:
             f"({len(ds.train):,} train / {len(ds.val):,} val tokens) -> {self.run_dir}",
             file=self.stream,
         )
+        if self.peak_note:
+            print(self.peak_note, file=self.stream)
 
     def fetch(self, step: int) -> jax.Array:
         t = self.cfg.train
@@ -391,8 +408,10 @@ class _Loop:
             tps, mfu = self.progress.rates(done)
             extra |= {
                 "tokens_per_s": np.array([tps], np.float32),
-                "mfu": np.array([mfu], np.float32),
+                "wall_time": np.array([time.perf_counter() - self.started], np.float32),
             }
+            if math.isfinite(mfu):  # no MFU without a known peak (CPU, unknown device kinds)
+                extra["mfu"] = np.array([mfu], np.float32)
         if self.logger:
             steps = {k: {"step": np.array([step], np.int32)} for k in extra}
             self.log_state = self.logger.log(self.log_state, logs | lox.logdict(extra, steps=steps))
@@ -407,6 +426,7 @@ class _Loop:
         self.ckpt.wait()
         if self.logger:
             self.logger.finish(self.log_state)
+            write_metrics_csv(self.run_dir / "metrics" / "run_0", self.run_dir / "metrics.csv")
 
 
 def _diverged_message(cfg: Config, step: int, loss: float, ckpt: Checkpointer) -> str:
@@ -430,10 +450,10 @@ def _diverged_message(cfg: Config, step: int, loss: float, ckpt: Checkpointer) -
 
 def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_tokens: int | None = None,
                 temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-                seed: int = 0) -> str:  # fmt: skip
-    """Generate text with the byte tokenizer; defaults come from the config's ``[sample]`` section."""
+                seed: int = 0, tokenizer: Tokenizer | None = None) -> str:  # fmt: skip
+    """Generate text with ``tokenizer`` (default bytes); defaults come from the config's ``[sample]``."""
     s = cfg.sample
-    tok = ByteTokenizer()
+    tok = tokenizer or ByteTokenizer()
     ids = tok.encode(s.prompt if prompt is None else prompt)
     room = cfg.model.seq_len - len(ids)
     n = min(s.max_new_tokens, room) if max_new_tokens is None else max_new_tokens
@@ -444,7 +464,7 @@ def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_
         top_p=(s.top_p if s.top_p < 1 else None) if top_p is None else top_p,
         key=jax.random.key(seed),
     )  # fmt: skip
-    return tok.decode(np.asarray(out))
+    return decode_lenient(tok, np.asarray(out))
 
 
 def _local(x: jax.Array) -> jax.Array:
@@ -503,8 +523,11 @@ def _single_device(cfg: Config) -> Config:
 
 
 def evaluate_run(run_dir: str | Path) -> float:
-    """Validation loss (nats per token) of a run's newest checkpoint on its fixed val windows."""
+    """Validation loss (nats per byte) of a run's newest checkpoint on its fixed val windows."""
     cfg, params, _ = load_run(run_dir)
     mesh = make_mesh(cfg.mesh, jax.devices()[:1])
-    dataset = load_dataset(cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size)
+    dataset = load_dataset(
+        cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size,
+        tokenizer=run_tokenizer(run_dir, cfg),
+    )  # fmt: skip
     return _Evaluator(cfg, mesh, params, dataset)(params)
