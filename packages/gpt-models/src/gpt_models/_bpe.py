@@ -51,7 +51,7 @@ class BPETokenizer:
 
     @classmethod
     def train(cls, texts: Iterable[str], *, vocab_size: int) -> BPETokenizer:
-        """Learn ``vocab_size - 256`` merges from ``texts`` (deterministic for the same input).
+        """Learn up to ``vocab_size - 256`` merges from ``texts`` (fewer if the text runs out of pairs).
 
         Raises:
             ValueError: ``vocab_size`` outside ``[257, 65536]``.
