@@ -51,7 +51,10 @@ def _train(tmp_path, name, *extra):
 
 
 def test_bpe_run_trains_samples_evaluates_and_resumes_from_its_run_folder(tmp_path, capsys):
-    assert _train(tmp_path, "bpe", "--set", "data.tokenizer=bpe", "--set", "data.bpe_vocab_size=300") == 0
+    assert (
+        _train(tmp_path, "bpe", "--set", "data.tokenizer=bpe", "--set", "data.bpe_vocab_size=300")
+        == 0
+    )
     run = tmp_path / "bpe"
     err = capsys.readouterr().err
     assert "model.vocab_size = 256 -> 320: the model's vocabulary follows the tokenizer" in err
@@ -138,10 +141,17 @@ def test_bin_data_made_by_bpe_trains_with_its_tokenizer(tmp_path, capsys, tok):
          "declares vocab_size = 64, but its tokenizer file"),
     ],
 )  # fmt: skip
-def test_bin_sidecar_mismatches_exit_2_naming_the_fix(tmp_path, capsys, tok, sidecar, tokenizer, message):
+def test_bin_sidecar_mismatches_exit_2_naming_the_fix(
+    tmp_path, capsys, tok, sidecar, tokenizer, message
+):
     tok.save(tmp_path / "t.json")
     data = _write_bin(tmp_path, np.tile(tok.encode(TEXT), 3), sidecar)
-    assert _train(tmp_path, "run", "--set", f"data.path={data}", "--set", f"data.tokenizer={tokenizer}") == 2
+    assert (
+        _train(
+            tmp_path, "run", "--set", f"data.path={data}", "--set", f"data.tokenizer={tokenizer}"
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
 
@@ -149,4 +159,7 @@ def test_bin_sidecar_mismatches_exit_2_naming_the_fix(tmp_path, capsys, tok, sid
 def test_bin_sidecar_vocab_smaller_than_the_ids_is_refused(tmp_path, capsys):
     data = _write_bin(tmp_path, np.arange(400) % 300, {"tokenizer": "byte", "vocab_size": 256})
     assert _train(tmp_path, "run", "--set", f"data.path={data}") == 2
-    assert "has token id 299, but its .bin.json sidecar declares vocab_size = 256" in capsys.readouterr().err
+    assert (
+        "has token id 299, but its .bin.json sidecar declares vocab_size = 256"
+        in capsys.readouterr().err
+    )
