@@ -81,7 +81,8 @@ class TrainConfig:
     """Optimisation and bookkeeping. ``batch_size`` is the global batch per optimizer step.
 
     Each step splits it into ``grad_accum`` micro-batches. ``checkpoint_every = 0`` saves only at the end;
-    ``peak_flops = 0`` picks the device's peak for MFU (see ``docs/gpt_models.md``).
+    ``peak_flops`` is FLOP/s per device for MFU; 0 looks the device kind up (no MFU on CPU; see
+    ``docs/gpt_models.md``).
     """
 
     steps: int = 600

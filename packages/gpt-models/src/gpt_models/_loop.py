@@ -63,7 +63,11 @@ class Interrupted(Exception):
 
 @dataclasses.dataclass
 class RunResult:
-    """What ``train`` reports: the final step, losses, throughput and the sample text."""
+    """What ``train`` reports: the final step, losses, throughput and the sample text.
+
+    ``loss`` is the last train loss in nats per token, ``val_loss`` in nats per byte; ``mfu`` is NaN
+    when the device's peak is unknown (CPU without ``train.peak_flops``).
+    """
 
     run_dir: Path
     step: int
@@ -268,7 +272,7 @@ def train(
         ... )
         >>> result = train(cfg, tempfile.mkdtemp() + "/run", stream=io.StringIO())
         >>> result.step, sorted(p.name for p in result.run_dir.iterdir())
-        (2, ['checkpoints', 'config.toml', 'loss.png', 'metrics', 'sample.txt'])
+        (2, ['checkpoints', 'config.toml', 'loss.png', 'metrics', 'metrics.csv', 'sample.txt'])
     """
     cfg = _config.validate(cfg)
     stream = stream or sys.stderr
