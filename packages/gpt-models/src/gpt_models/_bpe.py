@@ -25,9 +25,9 @@ class BPETokenizer:
     one a ``gpt train`` run folder holds when ``data.tokenizer = "bpe"``).
 
     Example:
-        >>> tok = BPETokenizer.train(["the cat sat on the mat. " * 50], vocab_size=300)
+        >>> tok = BPETokenizer.train(["the cat sat on the mat. " * 50], vocab_size=260)
         >>> tok.vocab_size
-        300
+        260
         >>> ids = tok.encode("the cat sat, naïvely")
         >>> tok.decode(ids)
         'the cat sat, naïvely'
