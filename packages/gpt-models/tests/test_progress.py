@@ -1,27 +1,14 @@
 import io
 import re
 import sys
-import types
 
-import jax.numpy as jnp
 import matplotlib
 import matplotlib.axes
 import numpy as np
 import pytest
 
 import lox
-from gpt_models import peak_flops, plot_losses, train
-
-
-def _device(kind, platform="gpu"):
-    return types.SimpleNamespace(device_kind=kind, platform=platform)
-
-
-def test_peak_flops_table_dtype_and_override():
-    assert peak_flops([_device("NVIDIA H100 80GB HBM3")] * 2, jnp.bfloat16) == 2 * 989e12
-    assert peak_flops([_device("NVIDIA A100-SXM4-40GB")], jnp.float32) == 312e12 / 2  # TF32
-    assert peak_flops([_device("anything")], jnp.bfloat16, override=5e12) == 5e12
-    assert peak_flops([_device("cpu", "cpu")], jnp.float32) > 1e8  # measured matmul throughput
+from gpt_models import plot_losses, train
 
 
 def test_progress_lines_report_loss_val_rate_mfu_and_eta(tmp_path, make_config):
@@ -31,13 +18,22 @@ def test_progress_lines_report_loss_val_rate_mfu_and_eta(tmp_path, make_config):
     lines = [x for x in out.getvalue().splitlines() if x.startswith("step")]
     assert len(lines) == cfg.train.steps  # not a terminal: one line per update, none rewritten
     pattern = (
-        r"step (\d)/6 \[[#.]{20}\] loss \d+\.\d{3}( \| val \d+\.\d{3})? \| \d+\.\dk tok/s \| "
+        r"step (\d)/6 \[[#.]{20}\] loss \d+\.\d{3}( \| val \d+\.\d{3} nats/byte)? \| \d+\.\dk tok/s \| "
         r"MFU \d+\.\d% \| ETA \d+m\d\ds"
     )
     assert all(re.fullmatch(pattern, x) for x in lines), lines
     assert lines[-1].startswith("step 6/6 [####################]") and "| val " in lines[-1]
     assert "| val " not in lines[1] and "| val " in lines[2]  # evaluated every 3 steps
     assert result.tokens_per_s > 0 and 0 < result.mfu < 1  # against the 1e12 FLOP/s given
+
+
+def test_no_mfu_on_cpu_without_a_given_peak(tmp_path, make_config):
+    out = io.StringIO()
+    cfg = make_config(mesh={"data": -1}, log={"every": 1})
+    result = train(cfg, tmp_path / "run", stream=out, write_sample=False)
+    lines = [x for x in out.getvalue().splitlines() if x.startswith("step")]
+    assert lines and not any("MFU" in x for x in lines) and np.isnan(result.mfu)
+    assert "no MFU shown" in out.getvalue()
 
 
 @pytest.fixture

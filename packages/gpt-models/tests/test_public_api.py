@@ -1,6 +1,7 @@
 import gpt_models
 
 EXPECTED = {
+    "BPETokenizer",
     "ByteTokenizer",
     "Config",
     "ConfigError",
@@ -9,6 +10,7 @@ EXPECTED = {
     "GPT",
     "LogConfig",
     "MeshConfig",
+    "PEAK_FLOPS",
     "ModelConfig",
     "PRESETS",
     "RunInUseError",
@@ -21,6 +23,7 @@ EXPECTED = {
     "generate",
     "init_params",
     "load_config",
+    "peak_flops",
     "train",
 }
 # The loop's layout (issue 12): run folders, data batches, plotting and the CLI as a function.

@@ -18,6 +18,7 @@ EXPECTED = {
     "spool",
     "strip",
     "tap",
+    "to_csv",
 }
 
 

@@ -1,10 +1,11 @@
 """gpt-models: GPT language models on paramspec, lox, optax and orbax; train, resume, evaluate, sample.
 
 The CLI ``gpt`` (``gpt train``, ``gpt sample``, ``gpt eval``, ``gpt config show``) is the usual entry
-point; the library exposes the same pieces: configs and presets, the byte tokenizer and data, the
+point; the library exposes the same pieces: configs and presets, the byte and BPE tokenizers and data, the
 model's ``forward``, ``generate``, ``train`` and ``load_run``.
 """
 
+from ._bpe import BPETokenizer as BPETokenizer
 from ._cli import main as main
 from ._config import PRESETS as PRESETS
 from ._config import Config as Config
@@ -28,10 +29,11 @@ from ._errors import UsageError as UsageError
 from ._lock import RunInUseError as RunInUseError
 from ._loop import RunResult as RunResult
 from ._loop import train as train
+from ._mfu import PEAK_FLOPS as PEAK_FLOPS
+from ._mfu import peak_flops as peak_flops
 from ._model import GPT as GPT
 from ._model import forward as forward
 from ._model import init_params as init_params
-from ._progress import peak_flops as peak_flops
 from ._progress import plot_losses as plot_losses
 from ._runs import load_run as load_run
 from ._sample import generate as generate

@@ -69,9 +69,10 @@ def train(args: argparse.Namespace) -> int:
     minutes = (time.perf_counter() - started) / 60
     print(
         f"\nDone in {minutes:.1f} min: step {result.step}, train loss {result.loss:.4f}, "
-        f"val loss {result.val_loss:.4f} nats/token, {result.tokens_per_s / 1e3:.1f}k tok/s, "
-        f"MFU {100 * result.mfu:.1f}%.\nRun folder: {run} (config.toml, checkpoints/, metrics/, "
-        f"loss.png, sample.txt)\n\n--- sample ---\n{result.sample}\n--------------",
+        f"val loss {result.val_loss:.4f} nats/byte, {result.tokens_per_s / 1e3:.1f}k tok/s"
+        f"{'' if math.isnan(result.mfu) else f', MFU {100 * result.mfu:.1f}%'}.\nRun folder: {run} "
+        f"(config.toml, checkpoints/, metrics/, metrics.csv, loss.png, sample.txt)\n\n--- sample "
+        f"---\n{result.sample}\n--------------",
     )
     return 0
 
@@ -94,6 +95,7 @@ def sample(args: argparse.Namespace) -> int:
     """``gpt sample``: text from a run's newest checkpoint; defaults from its ``[sample]``."""
     from ._inference import sample_text
     from ._runs import load_run
+    from ._tokenize import run_tokenizer
 
     run = _chosen_run(args)
     cfg, params, _ = load_run(run, _run_config(args, run, _SAMPLE_KEYS))
@@ -101,6 +103,7 @@ def sample(args: argparse.Namespace) -> int:
         text = sample_text(
             params, cfg, prompt=args.prompt, max_new_tokens=args.max_new_tokens,
             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+            tokenizer=run_tokenizer(run, cfg),
         )  # fmt: skip
     except ValueError as err:  # too long for the context, empty prompt
         raise UsageError(str(err)) from err

@@ -30,6 +30,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.remat": ("none", "full", "dots"),
     "train.optimizer": ("adamw", "muon"),
     "log.wandb": ("disabled", "offline", "online"),
+    "data.tokenizer": ("byte", "bpe"),
 }
 
 
@@ -113,7 +114,7 @@ class TrainConfig:
         checkpoint_every: steps between checkpoints (0 = only at the end).
         keep_checkpoints: how many newest checkpoints to keep.
         seed: seed of the initial parameters and of the batch order.
-        peak_flops: peak FLOP/s for MFU (0 = the device's, see docs/gpt_models.md).
+        peak_flops: peak FLOP/s per device for MFU (0 = look the device kind up; no MFU on CPU).
     """
 
     steps: int = 600
@@ -144,10 +145,15 @@ class DataConfig:
     Attributes:
         path: "" = the embedded corpus; else a text file, a folder of text, or a nanoGPT .bin file.
         val_fraction: share of the tokens (the tail) held out for validation.
+        tokenizer: byte (UTF-8, 256 ids) or bpe (trained on the train split, saved as
+            tokenizer.json); model.vocab_size follows the tokenizer.
+        bpe_vocab_size: ids of the BPE tokenizer (with data.tokenizer = bpe), 257..65536.
     """
 
     path: str = ""
     val_fraction: float = 0.1
+    tokenizer: str = "byte"
+    bpe_vocab_size: int = 2048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,6 +268,8 @@ def validate(cfg: Config) -> Config:
         problems.append(f"data.val_fraction = {cfg.data.val_fraction} must be between 0 and 1")
     if t.warmup_steps < 0:
         problems.append(f"train.warmup_steps = {t.warmup_steps} must be >= 0")
+    if not 257 <= cfg.data.bpe_vocab_size <= 65536:
+        problems.append(f"data.bpe_vocab_size = {cfg.data.bpe_vocab_size} must be in 257..65536")
     s = cfg.sample
     problems += sampling_problems("sample.", s.max_new_tokens, s.temperature, s.top_k, s.top_p)
     for key, values in CHOICES.items():

@@ -12,9 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ._binmeta import BinMeta, read_bin_meta, same_meta
+from ._bpe import BPETokenizer
 from ._config import DataConfig
 from ._errors import DataError
 from ._tokenizer import ByteTokenizer
+
+Tokenizer = ByteTokenizer | BPETokenizer
 
 # How much of a large .bin file is scanned to check that its token ids fit the vocabulary.
 _VOCAB_CHECK_TOKENS = 1 << 24
@@ -36,54 +40,118 @@ def default_corpus() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-    """Token ids of the train and validation splits (numpy arrays or read-only memmaps)."""
+    """Token ids of the train and validation splits (numpy arrays or read-only memmaps).
+
+    ``bytes_per_token`` is measured on the validation split (text bytes / token ids), so a loss in
+    nats per token divided by it is in nats per byte, comparable across tokenizers; it is None for a
+    ``.bin`` file without a sidecar (its tokenizer, hence its bytes, are unknown).
+    """
 
     train: np.ndarray
     val: np.ndarray
     source: str
+    tokenizer: Tokenizer = dataclasses.field(default_factory=ByteTokenizer)
+    bytes_per_token: float | None = 1.0
+    bin_meta: BinMeta | None = None
 
 
-def load_dataset(cfg: DataConfig, *, seq_len: int, vocab_size: int) -> Dataset:
+def load_dataset(
+    cfg: DataConfig, *, seq_len: int, vocab_size: int, tokenizer: Tokenizer | None = None
+) -> Dataset:
     """Load ``cfg.path`` (or the embedded corpus) and split off the last ``val_fraction`` for validation.
+
+    Text is tokenized with ``tokenizer`` (default: bytes); ``.bin`` files are token ids already, and
+    their sidecar (``X.bin.json``) must name ``cfg.tokenizer``.
 
     Raises:
         DataError: a missing path, an empty folder, too little data for one ``seq_len`` window in each
-            split, or token ids that do not fit ``vocab_size``.
+            split, token ids that do not fit ``vocab_size``, or a ``.bin`` sidecar that does not match.
 
     Example:
         >>> from gpt_models import DataConfig, load_dataset
         >>> ds = load_dataset(DataConfig(), seq_len=64, vocab_size=256)
-        >>> len(ds.train) > 9 * len(ds.val) > 0
-        True
+        >>> len(ds.train) > 9 * len(ds.val) > 0, ds.bytes_per_token
+        (True, 1.0)
     """
+    tok = tokenizer or ByteTokenizer()
     source = cfg.path or "<embedded corpus: pydoc_data.topics>"
-    path = Path(cfg.path) if cfg.path else None
-    if path is not None and path.is_dir() and (path / "train.bin").is_file():
-        train, val = _read_bin(path / "train.bin"), _read_bin(path / "val.bin")
+    bins = bin_files(cfg)
+    if bins is not None:
+        train, val, meta = _read_bins(bins, cfg)
+        bpt = None if meta is None else _bytes_per_token(tok, val)
+        ds = Dataset(train, val, source, tok, bpt, meta)
     else:
-        tokens = _read_tokens(path)
-        n_val = int(len(tokens) * cfg.val_fraction)
-        train, val = tokens[: len(tokens) - n_val], tokens[len(tokens) - n_val :]
-    ds = Dataset(train=train, val=val, source=source)
+        train_bytes, val_bytes = text_splits(cfg)
+        train, val = _encode(tok, train_bytes), _encode(tok, val_bytes)
+        ds = Dataset(train, val, source, tok, len(val_bytes) / max(len(val), 1))
     _check_length(ds, cfg, seq_len)
     _check_vocab(ds, vocab_size)
     return ds
 
 
-def _read_tokens(path: Path | None) -> np.ndarray:
-    tok = ByteTokenizer()
+def bin_files(cfg: DataConfig) -> list[Path] | None:
+    """The ``.bin`` token files of ``cfg.path`` (a ``.bin`` file, or train.bin + val.bin), else None."""
+    path = Path(cfg.path) if cfg.path else None
+    if path is not None and path.is_dir() and (path / "train.bin").is_file():
+        return [path / "train.bin", path / "val.bin"]
+    if path is not None and path.is_file() and path.suffix == ".bin":
+        return [path]
+    return None
+
+
+def text_splits(cfg: DataConfig) -> tuple[bytes, bytes]:
+    """The train and validation bytes of a text source (the embedded corpus, a file or a folder).
+
+    The split falls on a UTF-8 character boundary, so both parts decode (a subword tokenizer needs
+    text); the byte tokenizer's tokens are these bytes as they are.
+    """
+    raw = _read_text_bytes(Path(cfg.path) if cfg.path else None)
+    cut = len(raw) - int(len(raw) * cfg.val_fraction)
+    while 0 < cut < len(raw) and raw[cut] & 0xC0 == 0x80:  # a UTF-8 continuation byte
+        cut += 1
+    return raw[:cut], raw[cut:]
+
+
+def _encode(tok: Tokenizer, data: bytes) -> np.ndarray:
+    if isinstance(tok, ByteTokenizer):
+        return np.frombuffer(data, dtype=np.uint8)  # 1 byte per token: a quarter of int32's memory
+    return tok.encode(data.decode("utf-8", errors="replace")).astype(np.uint16)
+
+
+def _bytes_per_token(tok: Tokenizer, val: np.ndarray) -> float:
+    if isinstance(tok, ByteTokenizer):
+        return 1.0
+    ids = np.asarray(val[:_VOCAB_CHECK_TOKENS], dtype=np.int64)
+    return float(tok.byte_lengths[np.minimum(ids, tok.vocab_size - 1)].mean())
+
+
+def _read_bins(files: list[Path], cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, BinMeta | None]:
+    arrays = [_read_bin(f) for f in files]
+    metas = [read_bin_meta(f, cfg.tokenizer) for f in files]
+    if len(files) == 2:
+        same_meta(metas[0], metas[1], str(files[0].parent))
+        train, val = arrays
+    else:
+        tokens = arrays[0]
+        n_val = int(len(tokens) * cfg.val_fraction)
+        train, val = tokens[: len(tokens) - n_val], tokens[len(tokens) - n_val :]
+    meta = metas[0]
+    if meta is not None:
+        _check_vocab(Dataset(train, val, str(files[0])), meta.vocab_size, sidecar=True)
+    return train, val, meta
+
+
+def _read_text_bytes(path: Path | None) -> bytes:
     if path is None:
-        return tok.encode(default_corpus()).astype(np.uint8)
+        return default_corpus().encode("utf-8")
     if not path.exists():
         raise DataError(
             f"Data path {path} does not exist. Expected a text file, a folder of text files, a "
             'nanoGPT uint16 .bin file, or data.path="" for the embedded corpus.'
         )
-    if path.is_file() and path.suffix == ".bin":
-        return _read_bin(path)
     if path.is_file():
-        return np.frombuffer(path.read_bytes(), dtype=np.uint8)
-    return np.frombuffer(_read_folder(path), dtype=np.uint8)
+        return path.read_bytes()
+    return _read_folder(path)
 
 
 def _read_bin(path: Path) -> np.ndarray:
@@ -129,8 +197,14 @@ def _check_length(ds: Dataset, cfg: DataConfig, seq_len: int) -> None:
             )
 
 
-def _check_vocab(ds: Dataset, vocab_size: int) -> None:
+def _check_vocab(ds: Dataset, vocab_size: int, *, sidecar: bool = False) -> None:
     top = max(int(ds.train[:_VOCAB_CHECK_TOKENS].max()), int(ds.val[:_VOCAB_CHECK_TOKENS].max()))
+    if sidecar and top >= vocab_size:
+        raise DataError(
+            f"{ds.source} has token id {top}, but its .bin.json sidecar declares vocab_size = "
+            f"{vocab_size}. The sidecar does not describe this file; write the vocab size of the "
+            "tokenizer that made it."
+        )
     if top >= vocab_size:
         raise DataError(
             f"Data {ds.source} has token id {top}, but model.vocab_size = {vocab_size}. Set "

@@ -10,17 +10,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._config import Config
-from ._data import Dataset, eval_batches, load_dataset
+from ._data import Dataset, Tokenizer, eval_batches, load_dataset
 from ._parallel import make_mesh
 from ._processes import global_batch, host_value
 from ._runs import load_run
 from ._sample import generate
+from ._tokenize import decode_lenient, run_tokenizer
 from ._tokenizer import ByteTokenizer
 from ._train import compile_eval_step
 
 
 class Evaluator:
-    """Mean loss (nats per token) over the first ``train.eval_batches`` validation windows."""
+    """Mean loss (nats per byte; per token when the bytes are unknown) over the first ``train.eval_batches`` validation windows."""
 
     def __init__(self, cfg: Config, mesh: Any, params: Any, dataset: Dataset) -> None:
         t = cfg.train
@@ -33,26 +34,31 @@ class Evaluator:
             dataset.val, n_batches=t.eval_batches, batch_size=self.rows, seq_len=cfg.model.seq_len,
             process_index=jax.process_index(), process_count=jax.process_count(),
         )  # fmt: skip
+        # Unknown bytes (a .bin without a sidecar): the loss stays per token.
+        self.bytes_per_token = dataset.bytes_per_token or 1.0
 
     def __call__(self, params: Any) -> float:
         losses = [self.fn(params, global_batch(b, self.sharding, self.rows)) for b in self.batches]
-        return float(np.mean([host_value(x) for x in losses]))
+        return float(np.mean([host_value(x) for x in losses])) / self.bytes_per_token
 
 
 def evaluate_run(run_dir: str | Path, config: Config | None = None) -> float:
-    """Validation loss (nats per token) of a run's newest checkpoint on its fixed val windows."""
+    """Validation loss (nats per byte) of a run's newest checkpoint on its fixed val windows."""
     cfg, params, _ = load_run(run_dir, config)
     mesh = make_mesh(cfg.mesh, jax.devices()[:1])
-    dataset = load_dataset(cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size)
+    dataset = load_dataset(
+        cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size,
+        tokenizer=run_tokenizer(run_dir, cfg),
+    )  # fmt: skip
     return Evaluator(cfg, mesh, params, dataset)(params)
 
 
 def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_tokens: int | None = None,
                 temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-                seed: int = 0) -> str:  # fmt: skip
-    """Generate text with the byte tokenizer; defaults come from the config's ``[sample]`` section."""
+                seed: int = 0, tokenizer: Tokenizer | None = None) -> str:  # fmt: skip
+    """Generate text with ``tokenizer`` (default bytes); defaults come from the config's ``[sample]``."""
     s = cfg.sample
-    tok = ByteTokenizer()
+    tok = tokenizer or ByteTokenizer()
     ids = tok.encode(s.prompt if prompt is None else prompt)
     room = cfg.model.seq_len - len(ids)
     n = min(s.max_new_tokens, room) if max_new_tokens is None else max_new_tokens
@@ -63,7 +69,7 @@ def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_
         top_p=(s.top_p if s.top_p < 1 else None) if top_p is None else top_p,
         key=jax.random.key(seed),
     )  # fmt: skip
-    return tok.decode(np.asarray(out))
+    return decode_lenient(tok, np.asarray(out))
 
 
 def _on_one_device(x: jax.Array) -> jax.Array:

@@ -12,6 +12,7 @@ import dataclasses
 import io
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,12 +31,15 @@ from ._errors import ConfigError, TrainingDivergedError, UsageError
 from ._inference import Evaluator, sample_text
 from ._lock import run_lock
 from ._logging import check_wandb, make_logger
+from ._metrics_csv import write_metrics_csv
+from ._mfu import peak_flops, unknown_peak_note
 from ._model import compute_dtype, flops_per_token
 from ._parallel import make_mesh
 from ._processes import global_batch, host_value, is_primary
-from ._progress import Progress, peak_flops, plot_losses
+from ._progress import Progress, plot_losses
 from ._runs import write_text
 from ._signals import TrainingInterrupted, stop_on_signals
+from ._tokenize import prepare_tokenizer, save_tokenizer
 from ._train import (
     abstract_state,
     batch_sharding,
@@ -49,10 +53,12 @@ from ._train import (
 
 @dataclasses.dataclass
 class RunResult:
-    """What ``train`` returns: the final step, losses (nats per token), throughput and the sample.
+    """What ``train`` returns: the final step, losses, throughput and the sample.
 
-    ``mfu`` is model FLOPs utilisation (0 when the device's peak is unknown); ``sample`` is the
-    text written to ``sample.txt`` (empty with ``write_sample=False``).
+    ``loss`` is the last train loss in nats per token, ``val_loss`` in nats per byte; ``mfu`` is
+    model FLOPs utilisation, NaN when the device's peak is unknown (CPU without
+    ``train.peak_flops``); ``sample`` is the text written to ``sample.txt`` (empty with
+    ``write_sample=False``).
     """
 
     run_dir: Path
@@ -114,11 +120,15 @@ def train(
     check_wandb(cfg)
     mesh = make_mesh(cfg.mesh)
     _check_batch_fits(cfg, mesh)
-    dataset = load_dataset(cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size)
+    tokenizer, cfg = prepare_tokenizer(cfg, run, resume=resume, stream=stream)
+    dataset = load_dataset(
+        cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size, tokenizer=tokenizer
+    )
     optimizer = make_optimizer(cfg.train)
     abstract = _abstract(cfg, optimizer, mesh)
     if is_primary():
         run.mkdir(parents=True, exist_ok=True)
+        save_tokenizer(tokenizer, run)
     # Held until training ends, and taken before looking for checkpoints, so that of two launches
     # into one run folder only one gets past this line (process 0 writes the folder for all).
     with run_lock(run, stream=stream) if is_primary() else contextlib.nullcontext():
@@ -187,10 +197,10 @@ def _train(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: b
     val = loop.val if math.isfinite(loop.val) else loop.evaluate(state.params)
     tps, mfu = loop.progress.rates(cfg.train.steps)
     if loop.logger:
-        plot_losses(lox.load(run / "metrics" / "run_0"), run / "loss.png")
+        plot_losses(lox.load(run / "metrics" / "run_0"), run / "loss.png", dataset.bytes_per_token)
     sample = ""
     if write_sample:
-        sample = sample_text(state.params, cfg)
+        sample = sample_text(state.params, cfg, tokenizer=dataset.tokenizer)
         write_text(run / "sample.txt", sample)
     return RunResult(run, cfg.train.steps, loop.loss, val, tps, mfu, sample)
 
@@ -225,7 +235,10 @@ class _Loop:
         self.evaluate = Evaluator(cfg, mesh, abstract.params, dataset)
         self.logger = make_logger(cfg, run) if is_primary() else None
         self.log_state = self.logger.init() if self.logger else None
-        peak = peak_flops(list(mesh.devices.flat), compute_dtype(cfg.model), t.peak_flops)
+        devices = list(mesh.devices.flat)
+        peak = peak_flops(devices, compute_dtype(cfg.model), t.peak_flops)
+        self.peak_note = unknown_peak_note(devices, t.peak_flops)
+        self.started = time.perf_counter()
         self.progress = Progress(
             t.steps, start, t.batch_size * cfg.model.seq_len, flops_per_token(cfg.model), peak,
             every=cfg.log.every, stream=self.stream,
@@ -241,6 +254,8 @@ class _Loop:
             f"({len(ds.train):,} train / {len(ds.val):,} val tokens) -> {self.run_dir}",
             file=self.stream,
         )
+        if self.peak_note:
+            print(self.peak_note, file=self.stream)
 
     def fetch(self, step: int) -> jax.Array:
         t = self.cfg.train
@@ -282,8 +297,10 @@ class _Loop:
             tps, mfu = self.progress.rates(done)
             extra |= {
                 "tokens_per_s": np.array([tps], np.float32),
-                "mfu": np.array([mfu], np.float32),
+                "wall_time": np.array([time.perf_counter() - self.started], np.float32),
             }
+            if math.isfinite(mfu):  # no MFU without a known peak (CPU, unknown device kinds)
+                extra["mfu"] = np.array([mfu], np.float32)
         if self.logger:
             steps = {k: {"step": np.array([step], np.int32)} for k in extra}
             self.log_state = self.logger.log(self.log_state, logs | lox.logdict(extra, steps=steps))
@@ -298,6 +315,7 @@ class _Loop:
         self.ckpt.wait()
         if self.logger:
             self.logger.finish(self.log_state)
+            write_metrics_csv(self.run_dir / "metrics" / "run_0", self.run_dir / "metrics.csv")
 
 
 def _diverged_message(cfg: Config, step: int, loss: float, ckpt: Checkpointer) -> str:

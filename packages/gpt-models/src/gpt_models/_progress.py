@@ -1,78 +1,20 @@
-"""Console progress (loss, tokens/s, MFU, ETA), the MFU formula's peak FLOP/s, and the loss plot.
+"""Console progress (loss, tokens/s, MFU, ETA) and the loss plot.
 
-MFU (model FLOPs utilisation) = ``flops_per_token * tokens_per_second / peak_flops``, where
+MFU (model FLOPs utilisation) = ``flops_per_token * tokens_per_second / peak``, where
 ``flops_per_token = 6 * N_matmul + 12 * n_layers * d_model * seq_len`` (see
-``flops_per_token`` in ``_model.py``) and ``peak_flops`` is the mesh's total peak: the vendor's dense
-bf16 figure per accelerator (half of it for float32 compute, i.e. TF32) times the device count, or on
-CPU the measured throughput of a large float32 matmul in this process (CPUs publish no useful peak).
-``train.peak_flops`` overrides it.
+``gpt_models._model.flops_per_token``) and ``peak`` comes from ``_mfu.peak_flops``; when the peak is
+unknown (``None``: CPUs, device kinds not in the table) no MFU is shown.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-
-# Dense bf16 peak FLOP/s per chip, by a substring of ``device.device_kind``; first match wins.
-_PEAKS = (
-    ("H200", 989e12),
-    ("H100", 989e12),
-    ("A100", 312e12),
-    ("L40S", 362e12),
-    ("L4", 121e12),
-    ("A10", 125e12),
-    ("V100", 125e12),
-    ("TPU v6", 918e12),
-    ("TPU v5p", 459e12),
-    ("TPU v5", 197e12),
-    ("TPU v4", 275e12),
-)
-
-
-@functools.cache
-def measured_cpu_flops() -> float:
-    """FLOP/s of a 1024x1024 float32 matmul chain on the CPU backend (best of three runs)."""
-    n, reps = 1024, 8
-    x = jnp.ones((n, n), jnp.float32) / n
-    f = jax.jit(lambda a: functools.reduce(lambda acc, _: acc @ a, range(reps), a))
-    f(x).block_until_ready()
-    best = math.inf
-    for _ in range(3):
-        t = time.perf_counter()
-        f(x).block_until_ready()
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 * reps / best
-
-
-def peak_flops(devices: list[Any], compute_dtype: Any, override: float = 0.0) -> float:
-    """Total peak FLOP/s of ``devices`` for the MFU denominator (``override`` if positive).
-
-    The formula and the table are in this module's docstring and ``docs/gpt_models.md``; 0 for an
-    accelerator not in the table (MFU then shows 0).
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> from gpt_models import peak_flops
-        >>> peak_flops(jax.devices()[:2], jnp.float32, override=1e12)
-        1000000000000.0
-    """
-    if override > 0:
-        return override
-    kind = devices[0].device_kind
-    if devices[0].platform == "cpu":
-        return measured_cpu_flops()
-    per_chip = next((p for name, p in _PEAKS if name in kind), 0.0)
-    if jnp.dtype(compute_dtype) == jnp.float32:
-        per_chip /= 2
-    return per_chip * len(devices)
 
 
 def _duration(seconds: float) -> str:
@@ -85,7 +27,7 @@ def _duration(seconds: float) -> str:
 class Progress:
     """A one-line progress bar (rewritten in place on a terminal, printed every few % otherwise)."""
 
-    def __init__(self, total: int, start: int, tokens_per_step: int, flops_per_token: float, peak: float,
+    def __init__(self, total: int, start: int, tokens_per_step: int, flops_per_token: float, peak: float | None,
                  *, every: int, stream: TextIO | None = None) -> None:  # fmt: skip
         self.total, self.start, self.every = total, start, every
         self.tokens_per_step, self.flops_per_token, self.peak = (
@@ -108,12 +50,12 @@ class Progress:
             return
 
     def rates(self, step: int) -> tuple[float, float]:
-        """(tokens/s, MFU) averaged since the first timed step."""
+        """(tokens/s, MFU) averaged since the first timed step; MFU is NaN when the peak is unknown."""
         if self.timer_start is None or step <= self.timer_steps:
-            return 0.0, 0.0
+            return 0.0, (0.0 if self.peak else math.nan)
         elapsed = max(time.perf_counter() - self.timer_start, 1e-9)
         tps = (step - self.timer_steps) * self.tokens_per_step / elapsed
-        mfu = tps * self.flops_per_token / self.peak if self.peak > 0 else 0.0
+        mfu = tps * self.flops_per_token / self.peak if self.peak else math.nan
         return tps, mfu
 
     def line(self, step: int, loss: float) -> str:
@@ -122,10 +64,11 @@ class Progress:
         filled = int(width * step / self.total)
         bar = "#" * filled + "." * (width - filled)
         eta = (self.total - step) * self.tokens_per_step / tps if tps else 0.0
-        val = f" | val {self.val:.3f}" if self.val is not None else ""
+        val = f" | val {self.val:.3f} nats/byte" if self.val is not None else ""
+        shown_mfu = f" | MFU {100 * mfu:.1f}%" if self.peak else ""
         return (
             f"step {step:>{len(str(self.total))}}/{self.total} [{bar}] loss {loss:.3f}{val} | "
-            f"{tps / 1e3:.1f}k tok/s | MFU {100 * mfu:.1f}% | ETA {_duration(eta)}"
+            f"{tps / 1e3:.1f}k tok/s{shown_mfu} | ETA {_duration(eta)}"
         )
 
     def update(self, step: int, loss: float, *, force: bool = False) -> None:
@@ -147,8 +90,12 @@ class Progress:
             self.stream.flush()
 
 
-def plot_losses(metrics: Any, path: str | Path) -> None:
-    """Save a PNG of the train loss per step and the val loss at each evaluation (nats per token).
+def plot_losses(metrics: Any, path: str | Path, bytes_per_token: float | None = 1.0) -> None:
+    """Save a PNG of the train loss per step and the val loss at each evaluation (nats per byte).
+
+    ``val_loss`` is logged per byte already; the train loss (per token) is divided by the validation
+    split's ``bytes_per_token`` so both curves share a unit. With unknown bytes (a ``.bin`` without a
+    sidecar, ``None``) both stay per token.
 
     ``metrics`` is a lox logdict, e.g. ``lox.load("runs/<name>/metrics/run_0")``; a step logged
     twice (a resumed run repeats the steps after its last checkpoint) keeps its later value. The
@@ -173,9 +120,11 @@ def plot_losses(metrics: Any, path: str | Path) -> None:
     for key, label in (("loss", "train"), ("val_loss", "val")):
         if key in metrics:
             steps, values = _last_per_step(metrics, key)
+            if key == "loss":
+                values = values / (bytes_per_token or 1.0)
             ax.plot(steps, values, label=label, marker="o" if key == "val_loss" else None)
     ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats / token)")
+    ax.set_ylabel("loss (nats / byte)" if bytes_per_token else "loss (nats / token)")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -7,6 +7,7 @@ to wandb, as pure ``init``/``log``/``finish`` functions of a state.
 
 from ._console import ConsoleLogger as ConsoleLogger
 from ._events import LogStructureError as LogStructureError
+from ._export import to_csv as to_csv
 from ._log import log as log
 from ._logdict import logdict as logdict
 from ._loggers import Logger as Logger

@@ -1,0 +1,20 @@
+"""``metrics.csv``: a run's scalar metrics as one plain table (pandas: ``pd.read_csv(path)``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lox
+
+# Columns after `step`, in this order; keys a run did not log (mfu on CPU) are left out.
+COLUMNS = ("wall_time", "loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "mfu")
+
+
+def write_metrics_csv(metrics_dir: Path, path: Path) -> None:
+    """Export the scalar metrics saved in ``metrics_dir`` (a lox ``SaveLogger`` folder) to ``path``.
+
+    ``wall_time`` is seconds since this process started its training loop (a resumed run starts
+    again at 0); ``val_loss`` is in nats per byte; ``loss`` is the train loss in nats per token.
+    """
+    logs = lox.load(metrics_dir)
+    lox.to_csv(logs, path, keys=[k for k in COLUMNS if k in logs])

@@ -1,0 +1,106 @@
+"""Which tokenizer a run uses, where it is kept, and how the model's vocabulary follows it.
+
+``data.tokenizer = "byte"`` needs nothing on disk. ``"bpe"`` is trained on the train split of text
+data when a run starts (or read from the tokenizer file a ``.bin`` sidecar names), then kept in the
+run folder as ``tokenizer.json``; resuming, sampling and evaluating read it from there, so a run
+folder alone decodes its own ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from ._binmeta import read_bin_meta, sidecar_path
+from ._bpe import BPETokenizer
+from ._config import Config
+from ._data import Tokenizer, bin_files, text_splits
+from ._errors import DataError
+from ._tokenizer import ByteTokenizer
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def prepare_tokenizer(
+    cfg: Config, run: Path, *, resume: bool, stream: TextIO
+) -> tuple[Tokenizer, Config]:
+    """The run's tokenizer, and ``cfg`` with ``model.vocab_size`` following it (a note if it changed)."""
+    tok = _tokenizer(cfg, run, resume)
+    if not _vocab_is_known(cfg):
+        return tok, cfg  # a .bin without a sidecar: its ids only have to fit model.vocab_size
+    want = model_vocab_size(tok)
+    if cfg.model.vocab_size != want:
+        print(
+            f"note: model.vocab_size = {cfg.model.vocab_size} -> {want}: the model's vocabulary "
+            f"follows the tokenizer (data.tokenizer = {cfg.data.tokenizer!r}, {tok.vocab_size} ids"
+            f"{', rounded up to a multiple of 64' if want != tok.vocab_size else ''}).",
+            file=stream,
+        )
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=want))
+    return tok, cfg
+
+
+def model_vocab_size(tok: Tokenizer) -> int:
+    """The model's vocab for ``tok``: its size, rounded up to a multiple of 64 (fast matmuls)."""
+    return -(-tok.vocab_size // 64) * 64
+
+
+def _vocab_is_known(cfg: Config) -> bool:
+    files = bin_files(cfg.data)
+    return files is None or sidecar_path(files[0]).is_file()
+
+
+def _tokenizer(cfg: Config, run: Path, resume: bool) -> Tokenizer:
+    if cfg.data.tokenizer == "byte":
+        return ByteTokenizer()
+    if resume:
+        return BPETokenizer.load(run / TOKENIZER_FILE)
+    files = bin_files(cfg.data)
+    if files is None:
+        train, _ = text_splits(cfg.data)
+        text = train.decode("utf-8", errors="replace")
+        return BPETokenizer.train([text], vocab_size=cfg.data.bpe_vocab_size)
+    meta = read_bin_meta(files[0], "bpe")
+    assert meta is not None and meta.tokenizer_file is not None  # read_bin_meta checked both
+    tok = BPETokenizer.load(meta.tokenizer_file)
+    if tok.vocab_size != meta.vocab_size:
+        raise DataError(
+            f"{sidecar_path(files[0])} declares vocab_size = {meta.vocab_size}, but its tokenizer "
+            f"file {meta.tokenizer_file} has {tok.vocab_size} ids. Write the vocab size of the "
+            "tokenizer that made the .bin."
+        )
+    return tok
+
+
+def save_tokenizer(tok: Tokenizer, run: Path) -> None:
+    """Keep a BPE tokenizer in the run folder (the byte tokenizer needs no file)."""
+    if isinstance(tok, BPETokenizer):
+        tok.save(run / TOKENIZER_FILE)
+
+
+def run_tokenizer(run: str | Path, cfg: Config) -> Tokenizer:
+    """The tokenizer of a finished run folder (for ``gpt sample`` and ``gpt eval``)."""
+    if cfg.data.tokenizer == "byte":
+        return ByteTokenizer()
+    return BPETokenizer.load(Path(run) / TOKENIZER_FILE)
+
+
+def decode_lenient(tok: Tokenizer, ids: np.ndarray) -> str:
+    """Decode ``ids``; ids the tokenizer does not have become U+FFFD instead of raising.
+
+    A model's vocab can be larger than its tokenizer's (rounded up to a multiple of 64, or a run
+    made before the vocab followed the tokenizer), and sampling can pick those ids.
+    """
+    ids = np.asarray(ids).reshape(-1)
+    known = (ids >= 0) & (ids < tok.vocab_size)
+    parts = []
+    for ok, group in itertools.groupby(
+        zip(known.tolist(), ids.tolist(), strict=True), lambda t: t[0]
+    ):
+        chunk = [i for _, i in group]
+        parts.append(tok.decode(np.array(chunk)) if ok else "\ufffd" * len(chunk))
+    return "".join(parts)
