@@ -12,6 +12,7 @@ from ._distributed import process_info as process_info
 from ._errors import ShardingError as ShardingError
 from ._init import abstract as abstract
 from ._init import init as init
+from ._init import init_sharded as init_sharded
 from ._init import shardings as shardings
 from ._layers import Embedding as Embedding
 from ._layers import EmbeddingConfig as EmbeddingConfig
