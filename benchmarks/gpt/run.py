@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/gpt/run.py`` (writes ``benchmarks/gpt/RESULTS.md``).
 
 * Throughput: tokens/s and MFU of ``tiny`` and a ~10M-parameter config on CPU, our jitted step
-  (``gpt_models`` spec-tree model, lox metrics, paramspec shardings, donation) against a plain JAX +
+  (``gpt_models`` blox model, lox metrics, paramspec shardings, donation) against a plain JAX +
   optax step of the same architecture written in ~60 lines below, run in the same process in
   alternating rounds (so machine load hits both alike); the ratio is what the abstractions cost.
 * Compile time of the first step (ours).
@@ -32,23 +32,58 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from gpt_models import PRESETS
-from gpt_models._checkpoint import Checkpointer
-from gpt_models._config import Config, MeshConfig
-from gpt_models._loop import _safe_copy
-from gpt_models._model import compute_dtype, flops_per_token, param_count
-from gpt_models._parallel import make_mesh
-from gpt_models._progress import measured_cpu_flops, peak_flops
-from gpt_models._train import (
+from gpt_models import (
+    PRESETS,
+    Checkpointer,
+    Config,
+    MeshConfig,
     abstract_state,
     compile_train_step,
+    compute_dtype,
+    flops_per_token,
     init_state,
+    make_mesh,
     make_optimizer,
     make_schedule,
+    param_count,
     to_items,
 )
 
 HERE = Path(__file__).parent
+
+# bf16 dense peak per chip (FLOP/s) for the GPU MFU; half of it in float32.
+_GPU_PEAKS = (("H200", 989e12), ("H100", 989e12), ("A100", 312e12))
+
+
+@functools.cache
+def measured_cpu_flops() -> float:
+    """FLOP/s of a 1024x1024 float32 matmul chain on the CPU backend (best of three runs)."""
+    n, reps = 1024, 8
+    x = jnp.ones((n, n), jnp.float32) / n
+    f = jax.jit(lambda a: functools.reduce(lambda acc, _: acc @ a, range(reps), a))
+    f(x).block_until_ready()
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        f(x).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 * reps / best
+
+
+def peak_flops(devices: list, dtype, override: float = 0.0) -> float:
+    """The MFU denominator: ``override``, the measured CPU matmul rate, or a GPU's table peak."""
+    if override > 0:
+        return override
+    if devices[0].platform == "cpu":
+        return measured_cpu_flops()
+    per_chip = next((p for name, p in _GPU_PEAKS if name in devices[0].device_kind), 0.0)
+    return per_chip / (2 if jnp.dtype(dtype) == jnp.float32 else 1) * len(devices)
+
+
+def _safe_copy(state):
+    # As the trainer does: on CPU orbax may read a buffer the next (donating) step overwrites.
+    return jax.tree.map(jnp.copy, state) if jax.default_backend() == "cpu" else state
+
 
 # ---------------------------------------------------------------------------------------------------
 # The baseline: the same architecture (RMSNorm, RoPE, QK-norm, ReLU² or GELU, tied embeddings)
