@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,10 @@ from ._rng import Rng
 # Parameter names of MultiHeadAttention whose metadata can be given, for the `metadata` option.
 _PARAM_NAMES = ("query", "key", "value", "out", "query_bias", "key_bias", "value_bias", "out_bias")
 _CACHE_NAMES = ("cache_key", "cache_value", "cache_index")
+
+
+def _is_path(wanted: tuple[str, ...], path: tuple[str, ...], _: Any) -> bool:
+    return path == wanted
 
 
 def rope(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
@@ -273,7 +278,7 @@ class MultiHeadAttention(Module):
         ):
             old = (*self.path, name)
             if old in params:  # a fresh cache of another size replaces the old one
-                params = params.split(lambda path, _, old=old: path == old)[1]
+                params = params.split(functools.partial(_is_path, old))[1]
             _, params = self.get_param(params, name, value.shape, value, value.dtype, False)
         return params.locked() if was_locked else params
 

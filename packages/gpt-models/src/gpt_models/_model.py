@@ -230,9 +230,7 @@ class GPT(bx.Module):
             logits = cfg.logit_softcap * jnp.tanh(logits / cfg.logit_softcap)
         return logits, params
 
-    def _embed(
-        self, params: bx.Params, tokens: Array, constrain: Any
-    ) -> tuple[Array, bx.Params]:
+    def _embed(self, params: bx.Params, tokens: Array, constrain: Any) -> tuple[Array, bx.Params]:
         # The lookup reads a whole copy of the table: a gather from a table sharded on both axes
         # makes XLA replicate it anyway, with a warning. (The tied unembedding keeps the sharded
         # table, so its matmul stays split over the vocabulary.)
