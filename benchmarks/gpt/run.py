@@ -9,6 +9,8 @@ Run: ``.venv/bin/python benchmarks/gpt/run.py`` (writes ``benchmarks/gpt/RESULTS
 * Compile time of the first step (ours).
 * Checkpoint save (the blocking part: until ``save`` returns and training could go on) and restore of
   a ``gpt2-small`` train state (params and Adam moments, ~1.5 GB).
+* Peak host memory of sharded ``init_params`` for ``gpt2-small`` on 8 CPU devices
+  (``init_memory.py``, in its own process).
 * On a GPU: ``gpt2-small`` tokens/s and MFU with bf16 compute.
 
 MFU = flops_per_token * tokens/s / peak, flops_per_token = 6 * N_matmul + 12 * L * d * T (see
@@ -23,6 +25,8 @@ import functools
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -272,7 +276,23 @@ def bench_gpu(steps: int = 20) -> dict | None:
     }
 
 
-def _report(rows: list[dict], ckpt: dict | None, gpu: dict | None, args: argparse.Namespace) -> str:
+def bench_init_memory() -> str:
+    """``init_memory.py`` in its own process (it needs 8 CPU devices and a fresh peak RSS)."""
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "init_memory.py")], capture_output=True, text=True, timeout=900
+    )
+    if proc.returncode != 0:
+        return f"failed: {proc.stderr.strip().splitlines()[-1:]}"
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def _report(
+    rows: list[dict],
+    ckpt: dict | None,
+    gpu: dict | None,
+    init: str | None,
+    args: argparse.Namespace,
+) -> str:
     load = os.getloadavg()
     lines = [
         "# gpt_models benchmark results",
@@ -311,6 +331,14 @@ def _report(rows: list[dict], ckpt: dict | None, gpu: dict | None, args: argpars
             f"| {ckpt['gb']:.2f} GB | {ckpt['save']:.2f} s | {ckpt['total']:.2f} s | {ckpt['restore']:.2f} s "
             f"| {ckpt['restore_params']:.2f} s |",
         ]
+    if init:
+        lines += [
+            "",
+            "## Sharded init memory (`init_memory.py`: gpt2-small, 8 CPU devices, mesh fsdp=8)",
+            "",
+            f"{init}. Target: peak RSS growth <= 1.2x the parameter bytes (on CPU the parameters "
+            "themselves are host memory, 1.0x).",
+        ]
     lines += ["", "## GPU (gpt2-small, bf16 compute, batch 16 x 1024)", ""]
     if gpu:
         lines.append(f"{gpu['device']}: {gpu['tps']:,.0f} tok/s, MFU {100 * gpu['mfu']:.1f}%.")
@@ -343,6 +371,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--skip-checkpoint", action="store_true")
+    parser.add_argument("--skip-init-memory", action="store_true")
     parser.add_argument("--out", default=str(HERE / "RESULTS.md"))
     args = parser.parse_args()
     rows = []
@@ -352,8 +381,10 @@ def main() -> None:
     _rescale_cpu_peak(rows)
     ckpt = None if args.skip_checkpoint else bench_checkpoint()
     print(ckpt, flush=True)
+    init = None if args.skip_init_memory else bench_init_memory()
+    print(init, flush=True)
     gpu = bench_gpu()
-    text = _report(rows, ckpt, gpu, args)
+    text = _report(rows, ckpt, gpu, init, args)
     Path(args.out).write_text(text)
     print(text)
 
