@@ -43,7 +43,7 @@ def make_schedule(t: TrainConfig) -> optax.Schedule:
     """Linear warmup from 0 to ``lr`` over ``warmup_steps``, then cosine decay to ``lr * min_lr_ratio``.
 
     Example:
-        >>> from gpt_models._config import TrainConfig
+        >>> from gpt_models import TrainConfig
         >>> s = make_schedule(TrainConfig(steps=100, lr=1.0, warmup_steps=10, min_lr_ratio=0.1))
         >>> [round(float(s(i)), 3) for i in (0, 5, 10, 100)]
         [0.0, 0.5, 1.0, 0.1]
