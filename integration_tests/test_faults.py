@@ -341,7 +341,7 @@ def full_open(file, mode="r", *args, **kwargs):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file))
     return real_open(file, mode, *args, **kwargs)
 builtins.open = full_open
-from gpt_models._cli import main
+from gpt_models import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -17,7 +17,7 @@ STEPS = 5
 
 WORKER = """
 import sys
-from gpt_models._cli import main
+from gpt_models import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -39,9 +39,14 @@ def test_train_step_with_lox_spool_under_jit():
     import jax
 
     import lox
-    from gpt_models import PRESETS
-    from gpt_models._parallel import make_mesh
-    from gpt_models._train import abstract_state, compile_train_step, init_state, make_optimizer
+    from gpt_models import (
+        PRESETS,
+        abstract_state,
+        compile_train_step,
+        init_state,
+        make_mesh,
+        make_optimizer,
+    )
 
     base = PRESETS["tiny"]
     cfg = base.__class__(
@@ -74,12 +79,10 @@ def test_sharded_init_step_and_orbax_round_trip_on_8_devices(tmp_path):
     out = _python(
         f"""
         import dataclasses, jax, numpy as np
-        from gpt_models import PRESETS
-        from gpt_models._checkpoint import Checkpointer
-        from gpt_models._config import MeshConfig
-        from gpt_models._parallel import make_mesh
-        from gpt_models._train import (
-            abstract_state, compile_train_step, from_items, init_state, make_optimizer, to_items)
+        from gpt_models import (
+            PRESETS, Checkpointer, MeshConfig, abstract_state, compile_train_step, from_items,
+            init_state, make_mesh, make_optimizer, to_items)
+        W_IN = ("gpt", "model", "blocks", "block", "mlp", "linear_0", "kernel")
         base = PRESETS["tiny"]
         cfg = dataclasses.replace(base,
             model=dataclasses.replace(base.model, seq_len=16, d_model=32, n_layers=2, n_heads=4),
@@ -89,7 +92,7 @@ def test_sharded_init_step_and_orbax_round_trip_on_8_devices(tmp_path):
         opt = make_optimizer(cfg.train)
         abstract = abstract_state(cfg, opt, mesh)
         state = init_state(cfg, opt, mesh)
-        assert tuple(state.params.blocks.mlp.w_in.sharding.spec) == (None, "fsdp", "tensor")
+        assert tuple(state.params[W_IN].value.sharding.spec) == (None, "fsdp", "tensor")
         step = compile_train_step(cfg, opt, mesh, abstract)
         batch = jax.random.randint(jax.random.key(0), (1, 8, 17), 0, 256)
         state, logs = step(state, batch)
@@ -102,7 +105,7 @@ def test_sharded_init_step_and_orbax_round_trip_on_8_devices(tmp_path):
         items, meta, s = ckpt.restore(to_items(abstract_state(cfg2, opt, mesh2)))
         ckpt.close()
         back = from_items(items)
-        assert back.params.blocks.mlp.w_in.sharding.mesh.shape["data"] == 8
+        assert back.params[W_IN].value.sharding.mesh.shape["data"] == 8
         jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), back, state)
         print("ok", float(logs["loss"][0]), s)
         """
@@ -118,11 +121,23 @@ def _gpt(args: list[str], **kw) -> subprocess.Popen:
 
 
 def _params(run):
+    """The newest checkpoint's params of a run folder, on one device, through public names."""
+    import dataclasses
+
     import jax
 
-    from gpt_models._loop import load_run
+    from gpt_models import Checkpointer, MeshConfig, abstract_params, load_config, make_mesh
 
-    return jax.tree.map(np.asarray, load_run(run)[1])
+    cfg = load_config(str(run / "config.toml"))
+    cfg = dataclasses.replace(cfg, mesh=MeshConfig(data=1, fsdp=1, tensor=1))
+    ckpt = Checkpointer(run / "checkpoints")
+    try:
+        items, _, _ = ckpt.restore(
+            {"params": abstract_params(cfg, make_mesh(cfg.mesh, jax.devices()[:1]))}
+        )
+    finally:
+        ckpt.close()
+    return jax.tree.map(np.asarray, items["params"])
 
 
 @pytest.mark.slow

@@ -3,12 +3,14 @@
 Run: ``.venv/bin/python benchmarks/gpt/run.py`` (writes ``benchmarks/gpt/RESULTS.md``).
 
 * Throughput: tokens/s and MFU of ``tiny`` and a ~10M-parameter config on CPU, our jitted step
-  (``gpt_models`` spec-tree model, lox metrics, paramspec shardings, donation) against a plain JAX +
+  (``gpt_models`` blox model, lox metrics, paramspec shardings, donation) against a plain JAX +
   optax step of the same architecture written in ~60 lines below, run in the same process in
   alternating rounds (so machine load hits both alike); the ratio is what the abstractions cost.
 * Compile time of the first step (ours).
 * Checkpoint save (the blocking part: until ``save`` returns and training could go on) and restore of
   a ``gpt2-small`` train state (params and Adam moments, ~1.5 GB).
+* Peak host memory of sharded ``init_params`` for ``gpt2-small`` on 8 CPU devices
+  (``init_memory.py``, in its own process).
 * On a GPU: ``gpt2-small`` tokens/s and MFU with bf16 compute.
 
 MFU = flops_per_token * tokens/s / peak, flops_per_token = 6 * N_matmul + 12 * L * d * T (see
@@ -23,6 +25,8 @@ import functools
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,23 +36,58 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from gpt_models import PRESETS
-from gpt_models._checkpoint import Checkpointer
-from gpt_models._config import Config, MeshConfig
-from gpt_models._loop import _safe_copy
-from gpt_models._model import compute_dtype, flops_per_token, param_count
-from gpt_models._parallel import make_mesh
-from gpt_models._progress import measured_cpu_flops, peak_flops
-from gpt_models._train import (
+from gpt_models import (
+    PRESETS,
+    Checkpointer,
+    Config,
+    MeshConfig,
     abstract_state,
     compile_train_step,
+    compute_dtype,
+    flops_per_token,
     init_state,
+    make_mesh,
     make_optimizer,
     make_schedule,
+    param_count,
     to_items,
 )
 
 HERE = Path(__file__).parent
+
+# bf16 dense peak per chip (FLOP/s) for the GPU MFU; half of it in float32.
+_GPU_PEAKS = (("H200", 989e12), ("H100", 989e12), ("A100", 312e12))
+
+
+@functools.cache
+def measured_cpu_flops() -> float:
+    """FLOP/s of a 1024x1024 float32 matmul chain on the CPU backend (best of three runs)."""
+    n, reps = 1024, 8
+    x = jnp.ones((n, n), jnp.float32) / n
+    f = jax.jit(lambda a: functools.reduce(lambda acc, _: acc @ a, range(reps), a))
+    f(x).block_until_ready()
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        f(x).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 * reps / best
+
+
+def peak_flops(devices: list, dtype, override: float = 0.0) -> float:
+    """The MFU denominator: ``override``, the measured CPU matmul rate, or a GPU's table peak."""
+    if override > 0:
+        return override
+    if devices[0].platform == "cpu":
+        return measured_cpu_flops()
+    per_chip = next((p for name, p in _GPU_PEAKS if name in devices[0].device_kind), 0.0)
+    return per_chip / (2 if jnp.dtype(dtype) == jnp.float32 else 1) * len(devices)
+
+
+def _safe_copy(state):
+    # As the trainer does: on CPU orbax may read a buffer the next (donating) step overwrites.
+    return jax.tree.map(jnp.copy, state) if jax.default_backend() == "cpu" else state
+
 
 # ---------------------------------------------------------------------------------------------------
 # The baseline: the same architecture (RMSNorm, RoPE, QK-norm, ReLU² or GELU, tied embeddings)
@@ -237,7 +276,23 @@ def bench_gpu(steps: int = 20) -> dict | None:
     }
 
 
-def _report(rows: list[dict], ckpt: dict | None, gpu: dict | None, args: argparse.Namespace) -> str:
+def bench_init_memory() -> str:
+    """``init_memory.py`` in its own process (it needs 8 CPU devices and a fresh peak RSS)."""
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "init_memory.py")], capture_output=True, text=True, timeout=900
+    )
+    if proc.returncode != 0:
+        return f"failed: {proc.stderr.strip().splitlines()[-1:]}"
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def _report(
+    rows: list[dict],
+    ckpt: dict | None,
+    gpu: dict | None,
+    init: str | None,
+    args: argparse.Namespace,
+) -> str:
     load = os.getloadavg()
     lines = [
         "# gpt_models benchmark results",
@@ -276,6 +331,14 @@ def _report(rows: list[dict], ckpt: dict | None, gpu: dict | None, args: argpars
             f"| {ckpt['gb']:.2f} GB | {ckpt['save']:.2f} s | {ckpt['total']:.2f} s | {ckpt['restore']:.2f} s "
             f"| {ckpt['restore_params']:.2f} s |",
         ]
+    if init:
+        lines += [
+            "",
+            "## Sharded init memory (`init_memory.py`: gpt2-small, 8 CPU devices, mesh fsdp=8)",
+            "",
+            f"{init}. Target: peak RSS growth <= 1.2x the parameter bytes (on CPU the parameters "
+            "themselves are host memory, 1.0x).",
+        ]
     lines += ["", "## GPU (gpt2-small, bf16 compute, batch 16 x 1024)", ""]
     if gpu:
         lines.append(f"{gpu['device']}: {gpu['tps']:,.0f} tok/s, MFU {100 * gpu['mfu']:.1f}%.")
@@ -308,6 +371,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--skip-checkpoint", action="store_true")
+    parser.add_argument("--skip-init-memory", action="store_true")
     parser.add_argument("--out", default=str(HERE / "RESULTS.md"))
     args = parser.parse_args()
     rows = []
@@ -317,8 +381,10 @@ def main() -> None:
     _rescale_cpu_peak(rows)
     ckpt = None if args.skip_checkpoint else bench_checkpoint()
     print(ckpt, flush=True)
+    init = None if args.skip_init_memory else bench_init_memory()
+    print(init, flush=True)
     gpu = bench_gpu()
-    text = _report(rows, ckpt, gpu, args)
+    text = _report(rows, ckpt, gpu, init, args)
     Path(args.out).write_text(text)
     print(text)
 

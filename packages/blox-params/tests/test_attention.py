@@ -100,3 +100,68 @@ def test_batch_mismatch_between_x_and_kv_names_both_shapes():
     mha, params = _mha(num_heads=2, head_dim=4)
     with pytest.raises(ValueError, match=r"batch axes of x \(2, 5, 8\) and kv \(3, 7, 8\)"):
         mha(params, jnp.ones((2, 5, 8)), kv=jnp.ones((3, 7, 8)))
+
+
+@pytest.mark.parametrize("options", [{}, {"use_rope": True, "num_kv_heads": 2, "qk_norm": True}])
+def test_cached_decoding_equals_one_uncached_causal_call(options):
+    mha, params = _mha(num_heads=4, head_dim=4, **options)
+    x = jax.random.normal(jax.random.key(1), (2, 7, 8))
+    full, params = mha(params, x, causal=True)
+    params = params.locked()
+    cached = mha.init_cache(params, (2,), max_length=9)
+    assert cached.is_locked and not cached[("net", "attn", "cache_key")].trainable
+    y, cached = mha(cached, x[:, :3], decode=True)  # prefill
+    outs = [y]
+    for t in range(3, 7):  # then one token per call, under jit like a decode loop
+        y, cached = jax.jit(lambda p, x: mha(p, x, decode=True))(cached, x[:, t : t + 1])
+        outs.append(y)
+    np.testing.assert_allclose(jnp.concatenate(outs, axis=1), full, rtol=1e-5, atol=1e-5)
+    assert int(cached[("net", "attn", "cache_index")].value) == 7
+    # A new cache of another size replaces the old one.
+    again = mha.init_cache(cached, (2,), max_length=4)
+    assert again[("net", "attn", "cache_key")].shape == (2, 4, options.get("num_kv_heads", 4), 4)
+    assert int(again[("net", "attn", "cache_index")].value) == 0
+
+
+def test_decode_without_a_cache_says_how_to_make_one():
+    mha, params = _mha(num_heads=2, head_dim=4)
+    _, params = mha(params, jnp.ones((1, 3, 8)))
+    with pytest.raises(bx.MissingParamError, match=r"decode=True.*mha.init_cache\(params"):
+        mha(params, jnp.ones((1, 1, 8)), decode=True)
+    cached = mha.init_cache(params, (3,), max_length=4)
+    with pytest.raises(ValueError, match=r"cache was made for batch shape \(3,\).*\(1,\)"):
+        mha(cached, jnp.ones((1, 1, 8)), decode=True)
+
+
+def test_qk_norm_normalises_queries_and_keys_with_learnt_scales():
+    mha, params = _mha(num_heads=2, head_dim=4, qk_norm=True)
+    x = 100.0 * jax.random.normal(jax.random.key(1), (1, 3, 8))
+    y, params = mha(params, x, causal=True)
+    assert params[("net", "attn", "query_norm", "scale")].shape == (4,)
+    assert params[("net", "attn", "key_norm", "scale")].shape == (4,)
+    # Logits stay bounded by head_dim**0.5 (unit-RMS q and k), so no row is one-hot.
+    plain, plain_params = _mha(num_heads=2, head_dim=4)
+    _, plain_params = plain(plain_params, x, causal=True)
+    assert bool(jnp.all(jnp.isfinite(y)))
+    assert not any(p[-1].endswith("norm") for p in plain_params)
+
+
+def test_metadata_reaches_each_param_and_unknown_names_are_refused():
+    axes = {
+        "query": {"logical_axes": ("embed", "heads", "head_dim")},
+        "key_norm": {"logical_axes": (None,)},
+    }
+    mha, params = _mha(num_heads=2, head_dim=4, qk_norm=True, metadata=axes)
+    _, params = mha(params, jnp.ones((1, 3, 8)))
+    assert params[("net", "attn", "query")].logical_axes == ("embed", "heads", "head_dim")
+    assert params[("net", "attn", "key_norm", "scale")].logical_axes == (None,)
+    assert params[("net", "attn", "out")].logical_axes is None
+    with pytest.raises(ValueError, match=r"metadata names unknown parameters \['qurey'\].*'query'"):
+        _mha(num_heads=2, head_dim=4, metadata={"qurey": {}})
+
+
+def test_out_init_initialises_the_output_projection():
+    mha, params = _mha(num_heads=2, head_dim=4, out_init=jax.nn.initializers.zeros)
+    y, params = mha(params, jnp.ones((1, 3, 8)))
+    assert float(jnp.abs(params[("net", "attn", "out")].value).max()) == 0.0
+    assert float(jnp.abs(y).max()) == 0.0

@@ -99,3 +99,21 @@ def test_block_that_changes_the_shape_or_dtype_names_the_repeat():
     half = bx.Linear(graph / "half" / "l", 4, rng=rng, dtype=jnp.bfloat16)
     with pytest.raises(ValueError, match=r"Repeat net/half: .*bfloat16"):
         bx.Repeat(graph / "half", half, 2, rng=rng)(params, jnp.ones((2, 4)))
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_is_static_python_loop_equals_the_scan(remat):
+    policy = jax.checkpoint_policies.dots_with_no_batch_dims_saveable if remat else None
+    scan, rng = _stack(remat=remat, remat_policy=policy)
+    loop, rng2 = _stack(remat=remat, remat_policy=policy, is_static=True)
+    x = jax.random.normal(jax.random.key(0), (2, 4))
+    y, params = scan(rng.seed(bx.Params(), seed=0), x)
+    y2, params2 = loop(rng2.seed(bx.Params(), seed=0), x)
+    np.testing.assert_allclose(y2, y, rtol=1e-6)
+    assert jax.tree.structure(params2) == jax.tree.structure(params)  # same stacked params
+    weights, rest = params.split()
+    grad = jax.grad(lambda w: scan(w.merge(rest), x)[0].sum())(weights)
+    grad2 = jax.grad(lambda w: loop(w.merge(rest), x)[0].sum())(weights)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), grad2, grad)
+    # The loop is unrolled: no scan in its jaxpr.
+    assert "scan" not in str(jax.make_jaxpr(lambda p: loop(p, x)[0])(params))

@@ -73,3 +73,40 @@ def test_sequential_reports_a_misspelt_keyword_before_running_layers():
     params = rng.seed(bx.Params(), seed=0)
     with pytest.raises(TypeError, match=r"\['is_trainig'\] that none.*Did you mean 'is_training'"):
         model(params, jnp.ones(3), is_trainig=True)
+
+
+def test_gated_mlp_is_swiglu():
+    graph = bx.Graph("net")
+    rng = bx.Rng(graph / "rng")
+    mlp = bx.MLP(
+        graph / "mlp", [16, 4], rng=rng, activation=jax.nn.silu, gated=True, use_bias=False
+    )
+    x = jax.random.normal(jax.random.key(1), (3, 4))
+    y, params = mlp(rng.seed(bx.Params(), seed=0), x)
+    w = {p[2]: v.value for p, v in params.items() if p[1] == "mlp"}
+    assert set(w) == {"linear_0", "gate_0", "linear_1"}  # no gate on the (unactivated) last layer
+    ref = (jax.nn.silu(x @ w["gate_0"]) * (x @ w["linear_0"])) @ w["linear_1"]
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_mlp_per_layer_kernel_init_and_metadata():
+    graph = bx.Graph("net")
+    rng = bx.Rng(graph / "rng")
+    mlp = bx.MLP(
+        graph / "mlp",
+        [8, 4],
+        rng=rng,
+        gated=True,
+        kernel_init=[jax.nn.initializers.ones, jax.nn.initializers.zeros],
+        kernel_metadata=[{"logical_axes": ("embed", "mlp")}, {"logical_axes": ("mlp", "embed")}],
+    )
+    _, params = mlp(rng.seed(bx.Params(), seed=0), jnp.ones((2, 4)))
+    assert float(params[("net", "mlp", "gate_0", "kernel")].value.min()) == 1.0  # its layer's init
+    assert float(jnp.abs(params[("net", "mlp", "linear_1", "kernel")].value).max()) == 0.0
+    assert params[("net", "mlp", "gate_0", "kernel")].logical_axes == ("embed", "mlp")
+    assert params[("net", "mlp", "linear_1", "kernel")].logical_axes == ("mlp", "embed")
+    with pytest.raises(
+        ValueError,
+        match=r"kernel_init must be one value for every layer or a sequence with one per layer \(2\)",
+    ):
+        bx.MLP(graph / "bad", [8, 4], kernel_init=[jax.nn.initializers.ones])

@@ -5,8 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gpt_models import UsageError
-from gpt_models._checkpoint import Checkpointer, CheckpointWarning
+from gpt_models import Checkpointer, CheckpointWarning, UsageError
 
 
 def _state(x):

@@ -5,8 +5,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gpt_models import GPT, PRESETS, forward, init_params
-from gpt_models._model import flops_per_token, loss_fn, param_count
+import blox as bx
+from gpt_models import (
+    GPT,
+    PRESETS,
+    flops_per_token,
+    forward,
+    gpt,
+    init_params,
+    loss_fn,
+    param_count,
+    param_specs,
+)
 
 BASE = dataclasses.replace(PRESETS["tiny"].model, seq_len=16, d_model=32, n_layers=2, n_heads=4)
 VARIANTS = {
@@ -39,14 +49,49 @@ def test_forward_shapes_and_causality(name):
         assert float(jnp.abs(logits).max()) <= cfg.logit_softcap
 
 
+def _at(params, *path):
+    return params.get(("gpt", "model", *path))
+
+
 def test_param_tree_follows_options():
-    specs = GPT.param_specs(dataclasses.replace(BASE, **VARIANTS["gqa-swiglu-softcap-untied"]))
-    assert specs.blocks.attn.wk.shape == (2, 32, 2, 8)
-    assert specs.blocks.mlp.w_gate is not None and specs.unembed.shape == (32, 256)
-    assert specs.pos_embed is None and specs.final_norm.bias is None
-    gpt2 = GPT.param_specs(dataclasses.replace(BASE, **VARIANTS["gpt2-style"]))
-    assert gpt2.pos_embed.shape == (16, 32) and gpt2.final_norm.bias is not None
-    assert gpt2.unembed is None and gpt2.blocks.attn.q_norm is None
+    specs = param_specs(dataclasses.replace(BASE, **VARIANTS["gqa-swiglu-softcap-untied"]))
+    assert isinstance(specs, bx.Params)
+    assert _at(specs, "blocks", "block", "attn", "key").shape == (2, 32, 2, 8)
+    assert _at(specs, "blocks", "block", "mlp", "gate_0", "kernel") is not None
+    assert _at(specs, "unembed", "kernel").shape == (32, 256)
+    assert _at(specs, "pos_embed", "embedding") is None
+    assert _at(specs, "final_norm", "bias") is None
+    gpt2 = param_specs(dataclasses.replace(BASE, **VARIANTS["gpt2-style"]))
+    assert _at(gpt2, "pos_embed", "embedding").shape == (16, 32)
+    assert _at(gpt2, "final_norm", "bias") is not None
+    assert _at(gpt2, "unembed", "kernel") is None
+    assert _at(gpt2, "blocks", "block", "attn", "query_norm", "scale") is None
+
+
+def test_every_param_carries_logical_axes_with_a_layers_axis_on_blocks():
+    specs = param_specs(dataclasses.replace(BASE, **VARIANTS["gqa-swiglu-softcap-untied"]))
+    for path, p in specs.items():
+        assert p.logical_axes is not None and len(p.logical_axes) == len(p.shape), path
+        assert (p.logical_axes[0] == "layers") == ("blocks" in path), path
+    out = _at(specs, "blocks", "block", "attn", "out")
+    assert out.logical_axes == ("layers", "heads", "head_dim", "embed")
+
+
+def test_model_is_built_from_blox_modules():
+    model = gpt(BASE)
+    assert isinstance(model, GPT) and isinstance(model, bx.Module)
+    assert isinstance(model.blocks, bx.Repeat)
+    assert isinstance(model.block.attn, bx.MultiHeadAttention)
+    assert isinstance(model.block.mlp, bx.MLP) and isinstance(model.embed, bx.Embed)
+    assert isinstance(model.final_norm, bx.RMSNorm)
+    assert isinstance(gpt(dataclasses.replace(BASE, norm="layernorm")).final_norm, bx.LayerNorm)
+
+
+def test_params_are_locked_so_a_changed_config_fails_by_name():
+    params = init_params(BASE, jax.random.key(0))
+    wider = dataclasses.replace(BASE, n_kv_heads=2)
+    with pytest.raises(ValueError, match=r"gpt/model/blocks/block/attn/key has shape"):
+        forward(params, _tokens(), wider)
 
 
 def test_scan_and_remat_do_not_change_values():
@@ -62,7 +107,7 @@ def test_scan_and_remat_do_not_change_values():
 def test_bf16_compute_keeps_fp32_params_and_logits():
     cfg = dataclasses.replace(BASE, dtype="bfloat16")
     params = init_params(cfg, jax.random.key(0))
-    assert params.embed.dtype == jnp.float32
+    assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
     logits = forward(params, _tokens(), cfg)
     assert logits.dtype == jnp.float32
     ref = forward(params, _tokens(), BASE)

@@ -5,8 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gpt_models import PRESETS, forward, generate, init_params
-from gpt_models._sample import sample_token
+from gpt_models import PRESETS, forward, generate, init_params, sample_token
 
 CFG = dataclasses.replace(
     PRESETS["tiny"].model, seq_len=32, d_model=32, n_layers=2, n_heads=4, init_std=0.3

@@ -6,26 +6,28 @@ import pytest
 from jax.sharding import PartitionSpec
 
 import paramspec as ps
-from core_primitives import pytree_dataclass
+from core_primitives import field, pytree_dataclass
 
 ocp = pytest.importorskip("orbax.checkpoint")
 
 
 @pytree_dataclass
 class Model(ps.ParamInitializer):
-    emb: ps.Embedding
-    norm: ps.RMSNorm
-    out: ps.Linear
+    emb: jax.Array | ps.ParamSpec
+    norm: jax.Array | ps.ParamSpec
+    out: jax.Array | ps.ParamSpec
+    out_bias: jax.Array | ps.ParamSpec
+    eps: float = field(static=True, default=1e-6)
 
     @classmethod
     def param_specs(cls, cfg):
         vocab, d = cfg
         return cls(
-            emb=ps.Embedding.param_specs(ps.EmbeddingConfig(vocab, d)),
-            norm=ps.RMSNorm.param_specs(ps.RMSNormConfig(d)),
-            out=ps.Linear.param_specs(
-                ps.LinearConfig(d, vocab, use_bias=True, bias_axes=("vocab",))
-            ),
+            emb=ps.ParamSpec((vocab, d), ("vocab", "embed")),
+            norm=ps.ParamSpec((d,), ("embed",), initializer=jax.nn.initializers.ones),
+            out=ps.ParamSpec((d, vocab), ("embed", "vocab")),
+            out_bias=ps.ParamSpec((vocab,), ("vocab",), initializer=jax.nn.initializers.zeros),
+            eps=1e-5,
         )
 
 
@@ -37,7 +39,7 @@ def test_save_on_one_mesh_restore_onto_another(tmp_path):
     cfg = (64, 16)
     mesh_a = ps.make_mesh((8,), ("fsdp",))
     params = Model.init(cfg, jax.random.key(0), mesh_a, RULES_A)
-    assert params.emb.table.sharding.spec == PartitionSpec("fsdp", None)
+    assert params.emb.sharding.spec == PartitionSpec("fsdp", None)
 
     path = tmp_path / "ckpt"
     with ocp.StandardCheckpointer() as ckptr:
@@ -50,9 +52,9 @@ def test_save_on_one_mesh_restore_onto_another(tmp_path):
         restored = ckptr.restore(path, target)
 
     assert isinstance(restored, Model)
-    assert restored.norm.eps == params.norm.eps
-    assert restored.emb.table.sharding == target.emb.table.sharding
-    assert restored.emb.table.sharding.spec == PartitionSpec("model", "data")
-    assert {s.data.shape for s in restored.emb.table.addressable_shards} == {(16, 8)}
+    assert restored.eps == params.eps == 1e-5
+    assert restored.emb.sharding == target.emb.sharding
+    assert restored.emb.sharding.spec == PartitionSpec("model", "data")
+    assert {s.data.shape for s in restored.emb.addressable_shards} == {(16, 8)}
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(restored)):
         np.testing.assert_array_equal(a, b)

@@ -1,18 +1,32 @@
-"""``MultiHeadAttention`` with grouped KV heads, RoPE, causal and padding masks."""
+"""``MultiHeadAttention``: grouped KV heads, RoPE, QK-norm, causal/padding masks, a KV cache."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from core_primitives import did_you_mean
+
 from ._checks import positive_int
 from ._dtypes import promote
+from ._errors import MissingParamError
 from ._graph import Graph
 from ._module import Initializer, Module
+from ._norm import RMSNorm
 from ._params import Params
 from ._rng import Rng
+
+# Parameter names of MultiHeadAttention whose metadata can be given, for the `metadata` option.
+_PARAM_NAMES = ("query", "key", "value", "out", "query_bias", "key_bias", "value_bias", "out_bias")
+_CACHE_NAMES = ("cache_key", "cache_value", "cache_index")
+
+
+def _is_path(wanted: tuple[str, ...], path: tuple[str, ...], _: Any) -> bool:
+    return path == wanted
 
 
 def rope(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
@@ -58,11 +72,27 @@ class MultiHeadAttention(Module):
         rope_base: RoPE frequency base.
         output_size: output features (default: ``x``'s features).
         use_bias: biases on the four projections.
-        kernel_init: initializer of the projections (default LeCun normal).
+        kernel_init: initializer of the query/key/value projections (default LeCun normal).
+        out_init: initializer of the output projection (default LeCun normal); e.g. a smaller
+            normal scaled by depth for residual networks.
+        qk_norm: RMS-normalise queries and keys over ``head_dim`` (learnt scale each) before
+            RoPE and the dot product; keeps the attention logits bounded.
+        qk_norm_eps: the norms' epsilon.
+        metadata: per-parameter metadata, keyed by parameter name (``query``, ``key``, ``value``,
+            ``out``, their ``*_bias``, and ``query_norm``/``key_norm`` for the QK-norm scales),
+            e.g. ``{'query': {'logical_axes': ('embed', 'heads', 'head_dim')}}`` for paramspec.
         dtype, param_dtype: mixed precision; the softmax always runs in float32.
 
     Params: ``query (D, H, hd)``, ``key (Dkv, KVH, hd)``, ``value (Dkv, KVH, hd)``,
-    ``out (H, hd, output_size)``.
+    ``out (H, hd, output_size)``; with ``qk_norm`` also ``query_norm/scale`` and
+    ``key_norm/scale`` ``(hd,)``.
+
+    Cached decoding: ``params = mha.init_cache(params, batch_shape, max_length)`` adds a
+    key/value cache (non-trainable ``cache_key``, ``cache_value`` and ``cache_index``); each call
+    with ``decode=True`` then appends its ``T`` keys and values at ``cache_index``, attends
+    causally over everything written so far, rotates by the absolute positions
+    ``cache_index + 0..T-1`` and advances the index. A prompt can be fed at once (prefill), then
+    one token per call; the outputs equal those of one uncached causal call on the whole sequence.
 
     Example:
         >>> import jax.numpy as jnp
@@ -74,6 +104,11 @@ class MultiHeadAttention(Module):
         >>> y, params = mha(rng.seed(bx.Params(), seed=0), jnp.ones((2, 5, 16)), causal=True)
         >>> y.shape
         (2, 5, 16)
+        >>> cached = mha.init_cache(params, (2,), max_length=5)
+        >>> y0, cached = mha(cached, jnp.ones((2, 3, 16)), decode=True)  # prefill 3 tokens
+        >>> y1, cached = mha(cached, jnp.ones((2, 1, 16)), decode=True)  # then one at a time
+        >>> bool(jnp.allclose(y1[:, 0], y[:, 3], atol=1e-5)), int(cached[('net', 'attn', 'cache_index')].value)
+        (True, 4)
     """
 
     def __init__(
@@ -89,6 +124,10 @@ class MultiHeadAttention(Module):
         output_size: int | None = None,
         use_bias: bool = False,
         kernel_init: Initializer | None = None,
+        out_init: Initializer | None = None,
+        qk_norm: bool = False,
+        qk_norm_eps: float = 1e-6,
+        metadata: Mapping[str, Mapping[str, Any] | None] | None = None,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
     ) -> None:
@@ -116,17 +155,55 @@ class MultiHeadAttention(Module):
         self.kernel_init = kernel_init or jax.nn.initializers.lecun_normal(
             in_axis=0, out_axis=(1, 2)
         )
+        self.out_init = out_init or jax.nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2)
         self.dtype, self.param_dtype = dtype, param_dtype
+        self.metadata = self._check_metadata(metadata)
+        self.qk_norm = bool(qk_norm)
+        self.query_norm = self.key_norm = None
+        if self.qk_norm:
+            self.query_norm, self.key_norm = (
+                RMSNorm(
+                    graph / name,
+                    eps=qk_norm_eps,
+                    scale_metadata=self.metadata.get(name),
+                    dtype=dtype,
+                    param_dtype=param_dtype,
+                )
+                for name in ("query_norm", "key_norm")
+            )
+
+    def _check_metadata(self, metadata: Any) -> dict[str, Any]:
+        metadata = dict(metadata or {})
+        known = (*_PARAM_NAMES, "query_norm", "key_norm")
+        unknown = sorted(set(metadata) - set(known))
+        if unknown:
+            raise ValueError(
+                f"{self.name}: metadata names unknown parameters {unknown}; the known ones are "
+                f"{list(known)}.{did_you_mean(unknown[0], known)}"
+            )
+        return metadata
 
     def _project(
         self, params: Params, name: str, x: jax.Array, heads: int
     ) -> tuple[jax.Array, Params]:
         shape = (x.shape[-1], heads, self.head_dim)
-        w, params = self.get_param(params, name, shape, self.kernel_init, self.param_dtype)
+        w, params = self.get_param(
+            params,
+            name,
+            shape,
+            self.kernel_init,
+            self.param_dtype,
+            metadata=self.metadata.get(name),
+        )
         b = None
         if self.use_bias:
             b, params = self.get_param(
-                params, f"{name}_bias", shape[1:], jax.nn.initializers.zeros, self.param_dtype
+                params,
+                f"{name}_bias",
+                shape[1:],
+                jax.nn.initializers.zeros,
+                self.param_dtype,
+                metadata=self.metadata.get(f"{name}_bias"),
             )
         x, w, b = promote(self.dtype, x, w, b)
         y = jnp.einsum("...d,dhk->...hk", x, w)
@@ -139,6 +216,7 @@ class MultiHeadAttention(Module):
         kv: jax.Array | None = None,
         mask: jax.Array | None = None,
         causal: bool = False,
+        decode: bool = False,
     ) -> tuple[jax.Array, Params]:
         x = jnp.asarray(x)
         kv = x if kv is None else jnp.asarray(kv)
@@ -158,13 +236,94 @@ class MultiHeadAttention(Module):
         q, params = self._project(params, "query", x, self.num_heads)  # (..., T, H, hd)
         k, params = self._project(params, "key", kv, self.num_kv_heads)  # (..., S, K, hd)
         v, params = self._project(params, "value", kv, self.num_kv_heads)
+        if self.qk_norm:
+            assert self.query_norm is not None and self.key_norm is not None
+            q, params = self.query_norm(params, q)
+            k, params = self.key_norm(params, k)
         T, S = q.shape[-3], k.shape[-3]
+        if decode:
+            return self._decode(params, q, k, v, mask, x)
         if self.use_rope:
             q = rope(q, jnp.arange(T), self.rope_base)
             k = rope(k, jnp.arange(S), self.rope_base)
         weights = self._weights(q, k, self._mask(mask, causal, q.shape[:-3], T, S))
         out = jnp.einsum("...kgts,...skd->...tkgd", weights.astype(v.dtype), v)
         out = out.reshape(*out.shape[:-3], self.num_heads, self.head_dim)
+        return self._output(params, out, self.output_size or x.shape[-1])
+
+    def init_cache(
+        self, params: Params, batch_shape: tuple[int, ...], max_length: int, dtype: Any = None
+    ) -> Params:
+        """``params`` plus an empty key/value cache for ``max_length`` positions (see the class).
+
+        Args:
+            params: the attention's params (the cache is added next to them).
+            batch_shape: the leading axes of the inputs decoded with it, e.g. ``(batch,)``.
+            max_length: positions the cache holds (prompt plus generated tokens).
+            dtype: the cache dtype (default: ``dtype`` of the layer, else ``param_dtype``).
+
+        Returns:
+            New params with non-trainable ``cache_key``, ``cache_value``
+            ``(*batch_shape, max_length, num_kv_heads, head_dim)`` and ``cache_index`` (int32 0).
+        """
+        max_length = positive_int(max_length, "max_length", self)
+        dtype = dtype or self.dtype or self.param_dtype
+        shape = (*tuple(batch_shape), max_length, self.num_kv_heads, self.head_dim)
+        was_locked = params.is_locked
+        params = params.unlocked()
+        for name, value in (
+            ("cache_key", jnp.zeros(shape, dtype)),
+            ("cache_value", jnp.zeros(shape, dtype)),
+            ("cache_index", jnp.zeros((), jnp.int32)),
+        ):
+            old = (*self.path, name)
+            if old in params:  # a fresh cache of another size replaces the old one
+                params = params.split(functools.partial(_is_path, old))[1]
+            _, params = self.get_param(params, name, value.shape, value, value.dtype, False)
+        return params.locked() if was_locked else params
+
+    def _cache(self, params: Params) -> tuple[jax.Array, jax.Array, jax.Array]:
+        entries = [params.get((*self.path, name)) for name in _CACHE_NAMES]
+        if any(e is None for e in entries):
+            raise MissingParamError(
+                f"{self.name} was called with decode=True but its params hold no KV cache. "
+                "Create one first: params = mha.init_cache(params, batch_shape, max_length)."
+            )
+        k, v, i = (e.value for e in entries)
+        return k, v, i
+
+    def _decode(
+        self, params: Params, q: jax.Array, k: jax.Array, v: jax.Array, mask: Any, x: jax.Array
+    ) -> tuple[jax.Array, Params]:
+        """Append ``k``/``v`` at the cache index and attend causally over the filled cache."""
+        cache_k, cache_v, index = self._cache(params)
+        T, S = q.shape[-3], cache_k.shape[-3]
+        if cache_k.shape[:-3] != k.shape[:-3]:
+            raise ValueError(
+                f"{self.name}: the KV cache was made for batch shape {cache_k.shape[:-3]}, but the "
+                f"inputs have batch shape {k.shape[:-3]}. Call init_cache with the inputs' "
+                "leading axes."
+            )
+        positions = index + jnp.arange(T)
+        if self.use_rope:
+            q = rope(q, positions, self.rope_base)
+            k = rope(k, positions, self.rope_base)
+        axis = k.ndim - 3
+        cache_k = jax.lax.dynamic_update_slice_in_dim(cache_k, k.astype(cache_k.dtype), index, axis)
+        cache_v = jax.lax.dynamic_update_slice_in_dim(cache_v, v.astype(cache_v.dtype), index, axis)
+        # Query t (at positions[t]) sees the slots written so far, up to its own position; slots
+        # beyond it are either the future or still empty.
+        visible = jnp.arange(S)[None, :] <= positions[:, None]  # (T, S)
+        user = None if mask is None else jnp.asarray(mask).astype(bool) & visible
+        full = self._mask(visible if user is None else user, False, q.shape[:-3], T, S)
+        weights = self._weights(q, cache_k.astype(q.dtype), full)
+        out = jnp.einsum(
+            "...kgts,...skd->...tkgd", weights.astype(v.dtype), cache_v.astype(v.dtype)
+        )
+        out = out.reshape(*out.shape[:-3], self.num_heads, self.head_dim)
+        params = self.set_param(params, "cache_key", cache_k)
+        params = self.set_param(params, "cache_value", cache_v)
+        params = self.set_param(params, "cache_index", index + T)
         return self._output(params, out, self.output_size or x.shape[-1])
 
     def _weights(self, q: jax.Array, k: jax.Array, mask: jax.Array | None) -> jax.Array:
@@ -203,12 +362,18 @@ class MultiHeadAttention(Module):
 
     def _output(self, params: Params, out: jax.Array, size: int) -> tuple[jax.Array, Params]:
         shape = (self.num_heads, self.head_dim, size)
-        init = jax.nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2)
-        w, params = self.get_param(params, "out", shape, init, self.param_dtype)
+        w, params = self.get_param(
+            params, "out", shape, self.out_init, self.param_dtype, metadata=self.metadata.get("out")
+        )
         b = None
         if self.use_bias:
             b, params = self.get_param(
-                params, "out_bias", (size,), jax.nn.initializers.zeros, self.param_dtype
+                params,
+                "out_bias",
+                (size,),
+                jax.nn.initializers.zeros,
+                self.param_dtype,
+                metadata=self.metadata.get("out_bias"),
             )
         out, w, b = promote(self.dtype, out, w, b)
         y = jnp.einsum("...hk,hko->...o", out, w)

@@ -34,7 +34,11 @@ class Repeat(Module):
         num_layers: how many copies.
         rng: the ``Rng`` the layer initialises from.
         remat: wrap each step in ``jax.checkpoint`` (recompute activations in the backward pass).
+        remat_policy: with ``remat``, what to save anyway, e.g.
+            ``jax.checkpoint_policies.dots_with_no_batch_dims_saveable`` (default: nothing).
         logical_axis: the logical name of the new leading axis (``None``: replicated).
+        is_static: run the copies in a Python loop (unrolled: compile time grows with depth,
+            but XLA sees every layer) instead of ``lax.scan``; same params, same results.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -56,7 +60,9 @@ class Repeat(Module):
         *,
         rng: Rng | None = None,
         remat: bool = False,
+        remat_policy: Any = None,
         logical_axis: str | None = None,
+        is_static: bool = False,
     ) -> None:
         super().__init__(graph)
         n = len(graph.path)
@@ -68,7 +74,8 @@ class Repeat(Module):
             )
         self.layer, self.rng = layer, rng
         self.num_layers = positive_int(num_layers, "num_layers", self)
-        self.remat, self.logical_axis = remat, logical_axis
+        self.remat, self.remat_policy, self.logical_axis = remat, remat_policy, logical_axis
+        self.is_static = bool(is_static)
 
     def _is_mine(self, path: tuple[str, ...], _: Any = None) -> bool:
         prefix = self.layer.path
@@ -86,8 +93,16 @@ class Repeat(Module):
             new_layer, outer = merged.split(self._is_mine)
             return (h, outer), new_layer
 
-        body = jax.checkpoint(step) if self.remat else step
-        (y, rest), stacked = jax.lax.scan(body, (x, rest), stacked)
+        body = jax.checkpoint(step, policy=self.remat_policy) if self.remat else step
+        if not self.is_static:
+            (y, rest), stacked = jax.lax.scan(body, (x, rest), stacked)
+            return y, params.merge(rest).merge(stacked)
+        carry, outs = (x, rest), []
+        for i in range(self.num_layers):
+            carry, out = body(carry, jax.tree.map(lambda a, i=i: a[i], stacked))
+            outs.append(out)
+        (y, rest) = carry
+        stacked = jax.tree.map(lambda *a: jnp.stack(a), *outs)
         return y, params.merge(rest).merge(stacked)
 
     def _check_carry(self, before: Any, after: Any) -> Any:

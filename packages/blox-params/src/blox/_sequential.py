@@ -1,9 +1,9 @@
-"""``Sequential`` (a chain of modules and plain functions) and ``MLP``."""
+"""``Sequential`` (a chain of modules and plain functions) and ``MLP`` (optionally gated)."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -98,7 +98,9 @@ class MLP(Module):
     """A stack of ``Linear`` layers with an activation between them (and optional dropout).
 
     Layers are named ``linear_0``, ``linear_1``, ...; with ``dropout_rate`` the call needs
-    ``is_training=``.
+    ``is_training=``. With ``gated=True`` every activated layer ``i`` gets a companion
+    ``gate_i`` of the same size and computes ``activation(gate_i(x)) * linear_i(x)`` (a GLU;
+    ``activation=jax.nn.silu`` is SwiGLU).
 
     Args:
         graph: the node to bind to.
@@ -108,10 +110,16 @@ class MLP(Module):
             ``activate_final``).
         activate_final: see above.
         dropout_rate: dropout after each hidden activation (``None``: none).
-        use_bias, kernel_init, bias_init, dtype, param_dtype: passed to every ``Linear``.
+        gated: gated linear units (see above).
+        use_bias, bias_init, dtype, param_dtype: passed to every ``Linear``.
+        kernel_init: one initializer for every layer, or a sequence with one per layer (a
+            gate uses its layer's).
+        kernel_metadata: one metadata mapping for every kernel, or a sequence with one per
+            layer, e.g. ``[{'logical_axes': ('embed', 'mlp')}, {'logical_axes': ('mlp',
+            'embed')}]`` for paramspec (a gate uses its layer's).
 
     Example:
-        >>> import jax.numpy as jnp
+        >>> import jax, jax.numpy as jnp
         >>> import blox as bx
         >>> graph = bx.Graph('net')
         >>> rng = bx.Rng(graph / 'rng')
@@ -119,6 +127,11 @@ class MLP(Module):
         >>> y, params = mlp(rng.seed(bx.Params(), seed=0), jnp.ones((5, 4)))
         >>> y.shape, len(params)
         ((5, 3), 8)
+        >>> swiglu = bx.MLP(graph / 'swiglu', [32, 4], rng=rng, activation=jax.nn.silu,
+        ...                 gated=True, use_bias=False)
+        >>> y, params = swiglu(params, jnp.ones((5, 4)))
+        >>> y.shape, params[('net', 'swiglu', 'gate_0', 'kernel')].shape
+        ((5, 4), (4, 32))
     """
 
     def __init__(
@@ -130,9 +143,11 @@ class MLP(Module):
         activation: Callable[[jax.Array], jax.Array] = jax.nn.gelu,
         activate_final: bool = False,
         dropout_rate: float | None = None,
+        gated: bool = False,
         use_bias: bool = True,
-        kernel_init: Initializer | None = None,
+        kernel_init: Initializer | Sequence[Initializer | None] | None = None,
         bias_init: Initializer = jax.nn.initializers.zeros,
+        kernel_metadata: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
     ) -> None:
@@ -145,37 +160,66 @@ class MLP(Module):
             )
         self.activation = activation
         self.activate_final = activate_final
-        self.layers = [
-            Linear(
-                graph / f"linear_{i}",
-                size,
+        inits = self._per_layer(kernel_init, len(sizes), "kernel_init", callable)
+        metas = self._per_layer(kernel_metadata, len(sizes), "kernel_metadata", _is_mapping)
+
+        def linear(name: str, i: int) -> Linear:
+            return Linear(
+                graph / f"{name}_{i}",
+                sizes[i],
                 rng=rng,
                 use_bias=use_bias,
-                kernel_init=kernel_init,
+                kernel_init=inits[i],
                 bias_init=bias_init,
+                kernel_metadata=metas[i],
                 dtype=dtype,
                 param_dtype=param_dtype,
             )
-            for i, size in enumerate(sizes)
+
+        self.layers = [linear("linear", i) for i in range(len(sizes))]
+        last = len(sizes) - 1
+        self.gates = [
+            linear("gate", i) if gated and (i < last or activate_final) else None
+            for i in range(len(sizes))
         ]
         self.dropouts = [
             Dropout(graph / f"dropout_{i}", dropout_rate, rng=rng) if dropout_rate else None
             for i in range(len(self.layers))
         ]
 
+    def _per_layer(self, value: Any, n: int, name: str, is_one: Callable[[Any], bool]) -> list:
+        """``value`` for each of ``n`` layers: one value repeated, or a sequence of ``n``."""
+        if value is None or is_one(value):
+            return [value] * n
+        values = list(value) if isinstance(value, Sequence) else None
+        if values is None or len(values) != n:
+            raise ValueError(
+                f"{self.name}: {name} must be one value for every layer or a sequence with one "
+                f"per layer ({n}), got {value!r:.80}."
+            )
+        return values
+
     def __call__(
         self, params: Params, x: jax.Array, *, is_training: bool | None = None
     ) -> tuple[jax.Array, Params]:
         last = len(self.layers) - 1
-        for i, (layer, drop) in enumerate(zip(self.layers, self.dropouts)):
-            x, params = layer(params, x)
-            if i < last or self.activate_final:
-                x = self.activation(x)
-                if drop is not None and i < last:
-                    if is_training is None:
-                        raise TypeError(
-                            f"{self.name} has dropout, so its call needs is_training=True "
-                            "(training) or False (evaluation)."
-                        )
-                    x, params = drop(params, x, is_training=is_training)
+        for i, (layer, gate, drop) in enumerate(zip(self.layers, self.gates, self.dropouts)):
+            h, params = layer(params, x)
+            if gate is not None:
+                g, params = gate(params, x)
+                h = self.activation(g) * h
+            elif i < last or self.activate_final:
+                h = self.activation(h)
+            x = h
+            if drop is not None and i < last:
+                if is_training is None:
+                    raise TypeError(
+                        f"{self.name} has dropout, so its call needs is_training=True "
+                        "(training) or False (evaluation)."
+                    )
+                x, params = drop(params, x, is_training=is_training)
         return x, params
+
+
+def _is_mapping(value: Any) -> bool:
+    return isinstance(value, Mapping)

@@ -1,14 +1,14 @@
-"""The GPT model as paramspec spec-tree layers, and its pure forward pass.
+"""The GPT model as blox modules, its parameters (with logical axes) and its forward pass.
 
-Each layer is a ``pytree_dataclass`` whose ``param_specs(cfg)`` classmethod returns the same class
-filled with ``paramspec.ParamSpec`` leaves; ``paramspec.init`` turns that tree into arrays of the same
-structure. Transformer blocks are stored stacked (a leading ``layers`` axis) whether or not the
-forward pass scans over them, so a checkpoint does not depend on ``model.scan_layers``.
+Every parameter is created by a blox layer with ``{'logical_axes': ...}`` metadata, so paramspec
+shards the model's ``blox.Params`` by the trainer's rules, and Muon picks its matrices by those
+axes. Transformer blocks are a ``blox.Repeat``: their params are stored stacked (a leading
+``layers`` axis) whether the forward pass scans over them or loops in Python, so a checkpoint does
+not depend on ``model.scan_layers``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from typing import Any
@@ -16,162 +16,25 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+import blox as bx
 import paramspec as ps
-from core_primitives import pytree_dataclass
-from paramspec import ParamSpec
 
 from ._config import ModelConfig
 
 Array = jax.Array
 
+RESIDUAL = ("batch", "seq", "act_embed")
 
-@functools.cache
-def _normal(std: float) -> Any:
-    # One initializer object per std, so equal configs give equal (hashable) spec trees and paramspec
-    # reuses its compiled init program.
-    return jax.nn.initializers.normal(std)
+_MLP_ACTIVATIONS = {
+    "gelu": jax.nn.gelu,
+    "relu2": lambda x: jnp.square(jax.nn.relu(x)),
+    "swiglu": jax.nn.silu,  # gated: silu(gate(x)) * up(x)
+}
 
-
-_ONES = jax.nn.initializers.ones
-_ZEROS = jax.nn.initializers.zeros
-
-
-def _spec(
-    cfg: ModelConfig, shape: tuple[int, ...], axes: tuple[str | None, ...], init: Any
-) -> ParamSpec:
-    return ParamSpec(shape, axes, dtype=jnp.dtype(cfg.param_dtype), initializer=init)
-
-
-@pytree_dataclass
-class Norm:
-    """RMSNorm (``scale``) or LayerNorm (``scale`` and ``bias``) over the last axis."""
-
-    scale: Any
-    bias: Any = None
-
-    @classmethod
-    def param_specs(cls, cfg: ModelConfig, lead: tuple[int, ...] = (), size: int = 0) -> Norm:
-        size = size or cfg.d_model
-        axes = ("layers",) * len(lead) + (None,)
-        scale = _spec(cfg, (*lead, size), axes, _ONES)
-        bias = _spec(cfg, (*lead, size), axes, _ZEROS) if cfg.norm == "layernorm" else None
-        return cls(scale=scale, bias=bias)
-
-
-@pytree_dataclass
-class Attention:
-    """Causal self-attention; ``n_kv_heads < n_heads`` is grouped-query attention."""
-
-    wq: Any
-    wk: Any
-    wv: Any
-    wo: Any
-    q_norm: Any = None
-    k_norm: Any = None
-
-    @classmethod
-    def param_specs(cls, cfg: ModelConfig, lead: tuple[int, ...] = ()) -> Attention:
-        la = ("layers",) * len(lead)
-        d, h, kv, hd = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.head_dim
-        init, out_init = _normal(cfg.init_std), _normal(cfg.init_std / math.sqrt(2 * cfg.n_layers))
-        qk = (
-            Norm.param_specs(dataclasses.replace(cfg, norm="rmsnorm"), lead, hd)
-            if cfg.qk_norm
-            else None
-        )
-        return cls(
-            wq=_spec(cfg, (*lead, d, h, hd), (*la, "embed", "heads", "head_dim"), init),
-            wk=_spec(cfg, (*lead, d, kv, hd), (*la, "embed", "kv_heads", "head_dim"), init),
-            wv=_spec(cfg, (*lead, d, kv, hd), (*la, "embed", "kv_heads", "head_dim"), init),
-            wo=_spec(cfg, (*lead, h, hd, d), (*la, "heads", "head_dim", "embed"), out_init),
-            q_norm=qk.scale if qk else None,
-            k_norm=qk.scale if qk else None,
-        )
-
-
-@pytree_dataclass
-class MLP:
-    """GELU or ReLU² (``w_in``, ``w_out``) or SwiGLU (plus ``w_gate``)."""
-
-    w_in: Any
-    w_out: Any
-    w_gate: Any = None
-
-    @classmethod
-    def param_specs(cls, cfg: ModelConfig, lead: tuple[int, ...] = ()) -> MLP:
-        la = ("layers",) * len(lead)
-        d, f = cfg.d_model, cfg.ff_dim
-        init, out_init = _normal(cfg.init_std), _normal(cfg.init_std / math.sqrt(2 * cfg.n_layers))
-        gate = (
-            _spec(cfg, (*lead, d, f), (*la, "embed", "mlp"), init) if cfg.mlp == "swiglu" else None
-        )
-        return cls(
-            w_in=_spec(cfg, (*lead, d, f), (*la, "embed", "mlp"), init),
-            w_out=_spec(cfg, (*lead, f, d), (*la, "mlp", "embed"), out_init),
-            w_gate=gate,
-        )
-
-
-@pytree_dataclass
-class Block:
-    """Pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``."""
-
-    attn_norm: Norm
-    attn: Attention
-    mlp_norm: Norm
-    mlp: MLP
-
-    @classmethod
-    def param_specs(cls, cfg: ModelConfig, lead: tuple[int, ...] = ()) -> Block:
-        return cls(
-            attn_norm=Norm.param_specs(cfg, lead),
-            attn=Attention.param_specs(cfg, lead),
-            mlp_norm=Norm.param_specs(cfg, lead),
-            mlp=MLP.param_specs(cfg, lead),
-        )
-
-
-@pytree_dataclass
-class GPT:
-    """The whole model: token (and position) embeddings, stacked blocks, final norm, unembedding.
-
-    Example:
-        >>> from gpt_models import PRESETS
-        >>> specs = GPT.param_specs(PRESETS["tiny"].model)
-        >>> specs.blocks.attn.wq.shape, specs.blocks.attn.wq.logical_axes
-        ((4, 128, 4, 32), ('layers', 'embed', 'heads', 'head_dim'))
-    """
-
-    embed: Any
-    blocks: Block
-    final_norm: Norm
-    pos_embed: Any = None
-    unembed: Any = None
-
-    @classmethod
-    def param_specs(cls, cfg: ModelConfig) -> GPT:
-        init = _normal(cfg.init_std)
-        pos = (
-            _spec(cfg, (cfg.seq_len, cfg.d_model), (None, "embed"), init)
-            if cfg.pos == "learned"
-            else None
-        )
-        unembed = (
-            None
-            if cfg.tie_embeddings
-            else _spec(cfg, (cfg.d_model, cfg.vocab_size), ("embed", "vocab"), init)
-        )
-        return cls(
-            embed=_spec(cfg, (cfg.vocab_size, cfg.d_model), ("vocab", "embed"), init),
-            blocks=Block.param_specs(cfg, (cfg.n_layers,)),
-            final_norm=Norm.param_specs(cfg),
-            pos_embed=pos,
-            unembed=unembed,
-        )
-
-
-# ----------------------------------------------------------------------------------------------------
-# Forward pass
+_REMAT_POLICIES = {
+    "full": None,  # save nothing: recompute the whole block in the backward pass
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
 def compute_dtype(cfg: ModelConfig) -> Any:
@@ -181,153 +44,259 @@ def compute_dtype(cfg: ModelConfig) -> Any:
     return jnp.dtype(jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16)
 
 
-def _norm(p: Norm, x: Array, kind: str, eps: float = 1e-6) -> Array:
-    # Statistics in float32 whatever the compute dtype: bf16 variance loses too many bits.
-    x32 = x.astype(jnp.float32)
-    if kind == "layernorm":
-        x32 = x32 - x32.mean(-1, keepdims=True)
-    y = x32 * jax.lax.rsqrt((x32 * x32).mean(-1, keepdims=True) + eps)
-    y = y * p.scale.astype(jnp.float32)
-    if p.bias is not None:
-        y = y + p.bias.astype(jnp.float32)
-    return y.astype(x.dtype)
-
-
-def _rms(x: Array, scale: Array, eps: float = 1e-6) -> Array:
-    return _norm(Norm(scale=scale), x, "rmsnorm", eps)
-
-
-def _rope(x: Array, positions: Array, theta: float) -> Array:
-    """Rotary embedding on ``x: (B, T, N, H)`` at integer ``positions: (T,)`` (halves convention)."""
-    half = x.shape[-1] // 2
-    freqs = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)
-    angles = positions.astype(jnp.float32)[:, None] * freqs[None, :]  # (T, half)
-    sin, cos = jnp.sin(angles)[None, :, None, :], jnp.cos(angles)[None, :, None, :]
-    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
-    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
-    return out.astype(x.dtype)
-
-
-def _attention(
-    p: Attention, x: Array, positions: Array, cfg: ModelConfig, cache: Any
-) -> tuple[Array, Any]:
-    q = jnp.einsum("btd,dnh->btnh", x, p.wq)
-    k = jnp.einsum("btd,dnh->btnh", x, p.wk)
-    v = jnp.einsum("btd,dnh->btnh", x, p.wv)
-    if cfg.qk_norm:
-        q, k = _rms(q, p.q_norm), _rms(k, p.k_norm)
-    if cfg.pos == "rope":
-        q, k = _rope(q, positions, cfg.rope_theta), _rope(k, positions, cfg.rope_theta)
-    if cache is None:
-        out = jax.nn.dot_product_attention(q, k, v, is_causal=True)
-    else:
-        # Write this chunk's keys/values at its positions, then attend over the whole cache; the
-        # mask hides both the future and the cache slots not written yet.
-        k_all = jax.lax.dynamic_update_slice_in_dim(
-            cache[0], k.astype(cache[0].dtype), positions[0], 1
-        )
-        v_all = jax.lax.dynamic_update_slice_in_dim(
-            cache[1], v.astype(cache[1].dtype), positions[0], 1
-        )
-        mask = jnp.arange(k_all.shape[1])[None, :] <= positions[:, None]  # (T, S)
-        out = jax.nn.dot_product_attention(
-            q, k_all.astype(q.dtype), v_all.astype(q.dtype), mask=mask[None, None]
-        )
-        cache = (k_all, v_all)
-    return jnp.einsum("btnh,nhd->btd", out, p.wo), cache
-
-
-def _mlp(p: MLP, x: Array, kind: str) -> Array:
-    h = x @ p.w_in
-    if kind == "gelu":
-        h = jax.nn.gelu(h)
-    elif kind == "relu2":
-        h = jnp.square(jax.nn.relu(h))
-    else:  # swiglu
-        h = jax.nn.silu(x @ p.w_gate) * h
-    return h @ p.w_out
-
-
-def _block(p: Block, x: Array, positions: Array, cfg: ModelConfig, cache: Any) -> tuple[Array, Any]:
-    h, cache = _attention(p.attn, _norm(p.attn_norm, x, cfg.norm), positions, cfg, cache)
-    x = x + h
-    x = x + _mlp(p.mlp, _norm(p.mlp_norm, x, cfg.norm), cfg.mlp)
-    return x, cache
-
-
-_REMAT_POLICIES = {
-    "full": None,  # save nothing: recompute the whole block in the backward pass
-    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-}
-
-
-def _blocks(
-    blocks: Block, x: Array, positions: Array, cfg: ModelConfig, cache: Any, constrain: Any
-) -> tuple[Array, Any]:
-    def body(x: Array, layer: tuple[Block, Any]) -> tuple[Array, Any]:
-        p, c = layer
-        x, c = _block(p, x, positions, cfg, c)
-        return constrain(x, _RESIDUAL), c
-
-    if cfg.remat != "none":
-        body = jax.checkpoint(body, policy=_REMAT_POLICIES[cfg.remat])
-    if cfg.scan_layers:
-        return jax.lax.scan(body, x, (blocks, cache))
-    outs = []
-    for i in range(cfg.n_layers):
-        layer = jax.tree.map(lambda a, i=i: a[i], (blocks, cache))
-        x, c = body(x, layer)
-        outs.append(c)
-    new_cache = None if cache is None else jax.tree.map(lambda *cs: jnp.stack(cs), *outs)
-    return x, new_cache
-
-
-def _cast(params: GPT, dtype: Any) -> GPT:
-    return jax.tree.map(
-        lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, params
-    )
-
-
-_RESIDUAL = ("batch", "seq", "act_embed")
+def _axes(*names: str | None) -> dict[str, Any]:
+    return {"logical_axes": names}
 
 
 def _no_constraint(x: Array, logical_axes: tuple) -> Array:
     return x
 
 
-def apply(
-    params: GPT,
-    tokens: Array,
-    cfg: ModelConfig,
-    *,
-    positions: Array | None = None,
-    cache: Any = None,
-    constrain: Any = _no_constraint,
-) -> tuple[Array, Any]:
-    """Logits ``(B, T, vocab)`` in float32 and the updated KV cache (``None`` without one).
+class _Common:
+    """What every layer of one model shares: dtypes, initializers, the norm class."""
 
-    ``constrain(x, logical_axes)`` places intermediates (the trainer passes ``paramspec.constrain``
-    with its mesh and rules): the residual stream after every block is batch-sharded, and the
-    embedding table is gathered whole before the lookup (a gather from a table sharded on both
-    axes makes XLA replicate it anyway, with a warning). ``positions`` defaults to ``0..T-1``.
+    def __init__(self, cfg: ModelConfig) -> None:
+        self.dtype, self.param_dtype = compute_dtype(cfg), jnp.dtype(cfg.param_dtype)
+        self.init = jax.nn.initializers.normal(cfg.init_std)
+        # Projections back into the residual stream: smaller, so the stream's variance does not
+        # grow with depth (GPT-2).
+        self.out_init = jax.nn.initializers.normal(cfg.init_std / math.sqrt(2 * cfg.n_layers))
+        self.layernorm = cfg.norm == "layernorm"
+
+    def norm(self, graph: bx.Graph) -> bx.Module:
+        kwargs = {
+            "eps": 1e-6,
+            "scale_metadata": _axes(None),
+            "dtype": self.dtype,
+            "param_dtype": self.param_dtype,
+        }
+        if self.layernorm:
+            return bx.LayerNorm(graph, bias_metadata=_axes(None), **kwargs)
+        return bx.RMSNorm(graph, **kwargs)
+
+
+class Block(bx.Module):
+    """Pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
+
+    ``y, params = block(params, x, decode=False, constrain=...)``; ``constrain(x, logical_axes)``
+    places the residual stream it returns (the trainer passes ``paramspec.constrain``).
     """
-    dtype = compute_dtype(cfg)
-    p = _cast(params, dtype)
-    if positions is None:
-        positions = jnp.arange(tokens.shape[1])
-    x = constrain(p.embed, (None, None))[tokens]
-    if cfg.pos == "learned":
-        x = x + p.pos_embed[positions][None]
-    x, cache = _blocks(p.blocks, constrain(x, _RESIDUAL), positions, cfg, cache, constrain)
-    x = _norm(p.final_norm, x, cfg.norm)
-    unembed = p.embed.T if cfg.tie_embeddings else p.unembed
-    logits = jnp.einsum("btd,dv->btv", x, unembed, preferred_element_type=jnp.float32)
-    if cfg.logit_softcap > 0:
-        logits = cfg.logit_softcap * jnp.tanh(logits / cfg.logit_softcap)
-    return logits, cache
+
+    def __init__(self, graph: bx.Graph, cfg: ModelConfig, rng: bx.Rng) -> None:
+        super().__init__(graph)
+        c = _Common(cfg)
+        self.attn_norm = c.norm(graph / "attn_norm")
+        self.attn = bx.MultiHeadAttention(
+            graph / "attn",
+            cfg.n_heads,
+            cfg.head_dim,
+            rng=rng,
+            num_kv_heads=cfg.kv_heads,
+            use_rope=cfg.pos == "rope",
+            rope_base=cfg.rope_theta,
+            kernel_init=c.init,
+            out_init=c.out_init,
+            qk_norm=cfg.qk_norm,
+            metadata={
+                "query": _axes("embed", "heads", "head_dim"),
+                "key": _axes("embed", "kv_heads", "head_dim"),
+                "value": _axes("embed", "kv_heads", "head_dim"),
+                "out": _axes("heads", "head_dim", "embed"),
+                "query_norm": _axes(None),
+                "key_norm": _axes(None),
+            },
+            dtype=c.dtype,
+            param_dtype=c.param_dtype,
+        )
+        self.mlp_norm = c.norm(graph / "mlp_norm")
+        self.mlp = bx.MLP(
+            graph / "mlp",
+            [cfg.ff_dim, cfg.d_model],
+            rng=rng,
+            activation=_MLP_ACTIVATIONS[cfg.mlp],
+            gated=cfg.mlp == "swiglu",
+            use_bias=False,
+            kernel_init=[c.init, c.out_init],
+            kernel_metadata=[_axes("embed", "mlp"), _axes("mlp", "embed")],
+            dtype=c.dtype,
+            param_dtype=c.param_dtype,
+        )
+
+    def __call__(
+        self, params: bx.Params, x: Array, *, decode: bool = False, constrain: Any = _no_constraint
+    ) -> tuple[Array, bx.Params]:
+        h, params = self.attn_norm(params, x)
+        h, params = self.attn(params, h, causal=True, decode=decode)
+        x = x + h
+        h, params = self.mlp_norm(params, x)
+        h, params = self.mlp(params, h)
+        return constrain(x + h, RESIDUAL), params
 
 
-def forward(params: GPT, tokens: Array, config: Any) -> Array:
+class GPT(bx.Module):
+    """The whole model: token (and position) embeddings, repeated blocks, final norm, unembedding.
+
+    ``logits, params = model(params, tokens, positions=None, decode=False, constrain=...)``:
+    logits ``(B, T, vocab)`` in float32. ``decode=True`` reads and advances the KV cache that
+    :meth:`init_cache` adds to ``params``. Build one with :func:`gpt` (cached per config).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, dataclasses
+        >>> from gpt_models import PRESETS, gpt, init_params
+        >>> cfg = dataclasses.replace(PRESETS["tiny"].model, n_layers=1)
+        >>> model = gpt(cfg)
+        >>> logits, _ = model(init_params(cfg, jax.random.key(0)), jnp.zeros((1, 4), jnp.int32))
+        >>> logits.shape
+        (1, 4, 256)
+    """
+
+    def __init__(self, graph: bx.Graph, cfg: ModelConfig) -> None:
+        super().__init__(graph)
+        c = _Common(cfg)
+        self.cfg = cfg
+        self.rng = bx.Rng(graph / "rng")
+        self.embed = bx.Embed(
+            graph / "embed",
+            cfg.vocab_size,
+            cfg.d_model,
+            rng=self.rng,
+            embedding_init=c.init,
+            metadata=_axes("vocab", "embed"),
+            dtype=c.dtype,
+            param_dtype=c.param_dtype,
+        )
+        self.pos_embed = None
+        if cfg.pos == "learned":
+            self.pos_embed = bx.Embed(
+                graph / "pos_embed",
+                cfg.seq_len,
+                cfg.d_model,
+                rng=self.rng,
+                embedding_init=c.init,
+                metadata=_axes(None, "embed"),
+                dtype=c.dtype,
+                param_dtype=c.param_dtype,
+            )
+        blocks = graph / "blocks"
+        self.block = Block(blocks / "block", cfg, self.rng)
+        self.blocks = bx.Repeat(
+            blocks,
+            self.block,
+            cfg.n_layers,
+            rng=self.rng,
+            remat=cfg.remat != "none",
+            remat_policy=_REMAT_POLICIES.get(cfg.remat),
+            logical_axis="layers",
+            is_static=not cfg.scan_layers,
+        )
+        self.final_norm = c.norm(graph / "final_norm")
+        self.unembed = None
+        if not cfg.tie_embeddings:
+            self.unembed = bx.Linear(
+                graph / "unembed",
+                cfg.vocab_size,
+                rng=self.rng,
+                use_bias=False,
+                kernel_init=c.init,
+                kernel_metadata=_axes("embed", "vocab"),
+                dtype=c.dtype,
+                param_dtype=c.param_dtype,
+            )
+
+    def __call__(
+        self,
+        params: bx.Params,
+        tokens: Array,
+        *,
+        positions: Array | None = None,
+        decode: bool = False,
+        constrain: Any = _no_constraint,
+    ) -> tuple[Array, bx.Params]:
+        cfg = self.cfg
+        if positions is None:
+            positions = jnp.arange(tokens.shape[-1])
+        x, params = self._embed(params, tokens, constrain)
+        if self.pos_embed is not None:
+            pos, params = self.pos_embed(params, positions)
+            x = x + pos
+        x, params = self.blocks(params, constrain(x, RESIDUAL), decode=decode, constrain=constrain)
+        x, params = self.final_norm(params, x)
+        if self.unembed is None:
+            logits, params = self.embed.attend(params, x)
+        else:
+            logits, params = self.unembed(params, x)
+        logits = logits.astype(jnp.float32)
+        if cfg.logit_softcap > 0:
+            logits = cfg.logit_softcap * jnp.tanh(logits / cfg.logit_softcap)
+        return logits, params
+
+    def _embed(self, params: bx.Params, tokens: Array, constrain: Any) -> tuple[Array, bx.Params]:
+        # The lookup reads a whole copy of the table: a gather from a table sharded on both axes
+        # makes XLA replicate it anyway, with a warning. (The tied unembedding keeps the sharded
+        # table, so its matmul stays split over the vocabulary.)
+        path = (*self.embed.path, "embedding")
+        entry = params.get(path)
+        if entry is None:  # first call: the Embed creates the table
+            return self.embed(params, tokens)
+        gathered = entry.replace(value=constrain(entry.value, (None, None)))
+        x, _ = self.embed(params.merge(bx.Params({path: gathered})), tokens)
+        return x, params
+
+    def init_cache(self, params: bx.Params, batch: int, max_length: int) -> bx.Params:
+        """``params`` plus an empty KV cache for ``batch`` rows of ``max_length`` positions.
+
+        The blocks' cache is stacked like their params (one slice per layer).
+        """
+        one = self.block.attn.init_cache(bx.Params(), (batch,), max_length, compute_dtype(self.cfg))
+        stacked = jax.tree.map(lambda a: jnp.zeros((self.cfg.n_layers, *a.shape), a.dtype), one)
+        return params.merge(stacked)
+
+
+@functools.cache
+def gpt(config: Any) -> GPT:
+    """The :class:`GPT` module for a :class:`ModelConfig` (or a :class:`Config`), built once.
+
+    Example:
+        >>> from gpt_models import PRESETS, gpt
+        >>> gpt(PRESETS["tiny"]) is gpt(PRESETS["tiny"].model)
+        True
+    """
+    cfg = getattr(config, "model", config)
+    if cfg is not config:
+        return gpt(cfg)
+    return GPT(bx.Graph("gpt") / "model", cfg)
+
+
+def _init_fn(cfg: ModelConfig) -> Any:
+    model = gpt(cfg)
+
+    def init(key: Any) -> bx.Params:
+        params = model.rng.seed(bx.Params(), seed=key)
+        _, params = model(params, jnp.zeros((1, 1), jnp.int32))
+        # The weights alone (the init Rng state is not trained, saved or sharded), locked so that
+        # a later call with a changed config fails by name instead of adding fresh weights.
+        return params.split()[0].locked()
+
+    return init
+
+
+@functools.cache
+def param_specs(config: Any) -> bx.Params:
+    """The model's params as ``ShapeDtypeStruct`` s, each with its logical axes: built once per config.
+
+    What :func:`paramspec.shardings` and :func:`paramspec.abstract` read (nothing is allocated).
+
+    Example:
+        >>> from gpt_models import PRESETS, param_specs
+        >>> p = param_specs(PRESETS["tiny"])[("gpt", "model", "blocks", "block", "attn", "query")]
+        >>> p.shape, p.logical_axes
+        ((4, 128, 4, 32), ('layers', 'embed', 'heads', 'head_dim'))
+    """
+    cfg = getattr(config, "model", config)
+    return jax.eval_shape(_init_fn(cfg), jax.random.key(0))  # type: ignore[no-any-return]
+
+
+def forward(params: bx.Params, tokens: Array, config: Any) -> Array:
     """Next-token logits ``(batch, seq, vocab)`` (float32) for integer ``tokens: (batch, seq)``.
 
     Args:
@@ -343,29 +312,40 @@ def forward(params: GPT, tokens: Array, config: Any) -> Array:
         >>> forward(params, jnp.zeros((2, 5), jnp.int32), cfg).shape
         (2, 5, 256)
     """
-    cfg = getattr(config, "model", config)
-    return apply(params, tokens, cfg)[0]
+    return gpt(config)(params, tokens)[0]
 
 
-def loss_fn(params: GPT, batch: Array, cfg: ModelConfig, constrain: Any = _no_constraint) -> Array:
-    """Mean next-token cross-entropy (nats per token) of ``batch: (B, T + 1)``."""
+def loss_fn(params: bx.Params, batch: Array, config: Any, constrain: Any = _no_constraint) -> Array:
+    """Mean next-token cross-entropy (nats per token) of ``batch: (B, T + 1)``.
+
+    ``constrain(x, logical_axes)`` places activations (the trainer passes ``paramspec.constrain``
+    with its mesh and rules).
+
+    Example:
+        >>> import jax, dataclasses, math
+        >>> from gpt_models import PRESETS, init_params, loss_fn
+        >>> cfg = dataclasses.replace(PRESETS["tiny"].model, n_layers=1)
+        >>> batch = jax.random.randint(jax.random.key(1), (2, 9), 0, 256)
+        >>> loss = loss_fn(init_params(cfg, jax.random.key(0)), batch, cfg)
+        >>> abs(float(loss) - math.log(256)) < 0.3  # the untrained model is near uniform
+        True
+    """
     inputs, targets = batch[:, :-1], batch[:, 1:]
-    logits = apply(params, inputs, cfg, constrain=constrain)[0]
+    logits = gpt(config)(params, inputs, constrain=constrain)[0]
     logz = jax.nn.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return (logz - picked).mean()
 
 
-def param_count(cfg: ModelConfig) -> int:
-    """Number of parameters of the model ``cfg`` describes.
+def param_count(config: Any) -> int:
+    """Number of parameters of the model ``config`` describes.
 
     Example:
-        >>> from gpt_models import PRESETS
+        >>> from gpt_models import PRESETS, param_count
         >>> round(param_count(PRESETS["gpt2-small"].model) / 1e6)
         124
     """
-    specs = GPT.param_specs(cfg)
-    return sum(math.prod(s.shape) for s in jax.tree.leaves(specs))
+    return sum(math.prod(p.shape) for p in jax.tree.leaves(param_specs(config)))
 
 
 def flops_per_token(cfg: ModelConfig) -> float:
@@ -377,7 +357,7 @@ def flops_per_token(cfg: ModelConfig) -> float:
     over the full ``seq_len`` square, as in the PaLM paper's MFU definition).
 
     Example:
-        >>> from gpt_models import PRESETS
+        >>> from gpt_models import PRESETS, flops_per_token
         >>> f"{flops_per_token(PRESETS['gpt2-small'].model):.3g}"
         '8.55e+08'
     """
@@ -388,8 +368,11 @@ def flops_per_token(cfg: ModelConfig) -> float:
     return 6.0 * n_matmul + 12.0 * L * d * cfg.seq_len
 
 
-def init_params(config: Any, key: Any, mesh: Any = None, rules: Any = None) -> GPT:
+def init_params(config: Any, key: Any, mesh: Any = None, rules: Any = None) -> bx.Params:
     """Fresh parameters, created in one jitted computation directly in their sharded layout.
+
+    The blox model's first call runs under ``paramspec.init_sharded``: each device computes only
+    its own shards, placed by the params' logical axes and ``rules``.
 
     Args:
         config: a :class:`Config` or its ``ModelConfig``.
@@ -401,11 +384,12 @@ def init_params(config: Any, key: Any, mesh: Any = None, rules: Any = None) -> G
         >>> import jax, dataclasses
         >>> from gpt_models import PRESETS, init_params
         >>> cfg = dataclasses.replace(PRESETS["tiny"].model, n_layers=1)
-        >>> init_params(cfg, jax.random.key(0)).embed.shape
+        >>> init_params(cfg, jax.random.key(0))[("gpt", "model", "embed", "embedding")].shape
         (256, 128)
     """
     from . import _parallel
 
     cfg = getattr(config, "model", config)
     mesh = mesh if mesh is not None else _parallel.single_device_mesh()
-    return ps.init(GPT.param_specs(cfg), key, mesh, rules if rules is not None else _parallel.RULES)
+    rules = rules if rules is not None else _parallel.RULES
+    return ps.init_sharded(_init_fn(cfg), key, mesh, rules)  # type: ignore[no-any-return]

@@ -11,10 +11,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-import jax
 import optax
 
-from core_primitives import keypath_to_path
+import blox as bx
 
 from ._errors import ConfigError
 
@@ -29,18 +28,19 @@ _NEEDED_ARGS = ("muon_weight_dimension_numbers", "consistent_rms", "adam_weight_
 # config switches optimizer without retuning the learning rate.
 _ADAMW_MATCHED_RMS = 0.2
 
-# Hidden matrices by parameter name -> (reduction axes, output axes), counted from the end so that the
-# leading "layers" axis of stacked blocks is a batch axis (each layer is orthogonalised on its own).
-# wq/wk/wv: (embed -> heads, head_dim); wo: (heads, head_dim -> embed); MLP: (in -> out).
-_MATRICES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "wq": ((-3,), (-2, -1)),
-    "wk": ((-3,), (-2, -1)),
-    "wv": ((-3,), (-2, -1)),
-    "wo": ((-3, -2), (-1,)),
-    "w_in": ((-2,), (-1,)),
-    "w_gate": ((-2,), (-1,)),
-    "w_out": ((-2,), (-1,)),
+# Hidden matrices are chosen by their logical axes, not their names: every axis (after the leading
+# stacked "layers" axes, which are batch axes: each layer is orthogonalised on its own) is one of
+# these, grouped so that a matrix's leading group is its input (reduction) side. An axis outside the
+# table ("vocab" of the embedding and output head, None of the position table and norm scales)
+# leaves the parameter to AdamW.
+_AXIS_GROUPS = {
+    "embed": "embed",
+    "mlp": "mlp",
+    "heads": "heads",
+    "kv_heads": "heads",
+    "head_dim": "heads",
 }
+_BATCH_AXES = ("layers",)
 
 
 def muon_available() -> bool:
@@ -64,26 +64,59 @@ def _require_muon() -> None:
     )
 
 
+def _dimension_numbers(logical_axes: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """``(reduction, output)`` axes, counted from the end, of a hidden matrix; else ``None``."""
+    if not logical_axes:
+        return None
+    axes = list(logical_axes)
+    while axes and axes[0] in _BATCH_AXES:
+        axes.pop(0)
+    if len(axes) < 2 or any(a not in _AXIS_GROUPS for a in axes):
+        return None
+    n_in = 1
+    while n_in < len(axes) and _AXIS_GROUPS[axes[n_in]] == _AXIS_GROUPS[axes[0]]:
+        n_in += 1
+    if n_in == len(axes):
+        return None
+    first = -len(axes)
+    return tuple(range(first, first + n_in)), tuple(range(first + n_in, 0))
+
+
 def muon_dimension_numbers(params: Any) -> Any:
-    """Per leaf: Muon's ``(reduction, output)`` axes for a hidden matrix, ``None`` for AdamW leaves.
+    """Per parameter: Muon's ``(reduction, output)`` axes for a hidden matrix, ``None`` for AdamW.
+
+    Read from each parameter's logical axes: ``(embed, heads, head_dim)`` reduces ``embed``,
+    ``(heads, head_dim, embed)`` reduces the two head axes, ``(embed, mlp)``/``(mlp, embed)``
+    reduce their first axis; leading ``layers`` axes are batch axes; anything with ``vocab`` or
+    an unnamed axis (embeddings, output head, norm scales) goes to AdamW.
+
+    Args:
+        params: the model's ``blox.Params`` (arrays or ``ShapeDtypeStruct`` s).
 
     Example:
-        >>> import jax, dataclasses
-        >>> from gpt_models import PRESETS, init_params
-        >>> cfg = dataclasses.replace(PRESETS["tiny"].model, n_layers=1)
-        >>> dims = muon_dimension_numbers(init_params(cfg, jax.random.key(0)))
-        >>> dims.embed is None, dims.blocks.attn.wo
-        (True, MuonDimensionNumbers(reduction_axis=(-3, -2), output_axis=(-1,)))
+        >>> import dataclasses
+        >>> from gpt_models import PRESETS, param_specs
+        >>> dims = muon_dimension_numbers(param_specs(PRESETS["tiny"]))
+        >>> dims[("gpt", "model", "embed", "embedding")].value is None
+        True
+        >>> dims[("gpt", "model", "blocks", "block", "attn", "out")].value
+        MuonDimensionNumbers(reduction_axis=(-3, -2), output_axis=(-1,))
     """
     from optax.contrib import MuonDimensionNumbers
 
-    def pick(keypath: Any, leaf: Any) -> Any:
-        axes = _MATRICES.get(keypath_to_path(keypath)[-1])
-        if axes is None or len(leaf.shape) < len(axes[0]) + len(axes[1]):
-            return None
-        return MuonDimensionNumbers(reduction_axis=axes[0], output_axis=axes[1])
+    if not isinstance(params, bx.Params):
+        raise TypeError(
+            f"muon_dimension_numbers: expected the model's blox.Params (Muon reads each "
+            f"parameter's logical axes), got {type(params).__name__}."
+        )
 
-    return jax.tree_util.tree_map_with_path(pick, params)
+    def pick(param: bx.Param) -> Any:
+        dims = _dimension_numbers(param.logical_axes)
+        if dims is None:
+            return None
+        return MuonDimensionNumbers(reduction_axis=dims[0], output_axis=dims[1])
+
+    return params.map(pick)
 
 
 def make_muon(

@@ -37,7 +37,7 @@ def make_mesh(cfg: MeshConfig, devices: Any = None) -> Any:
     """The training mesh; an impossible shape raises ConfigError listing shapes that fit.
 
     Example:
-        >>> from gpt_models._config import MeshConfig
+        >>> from gpt_models import MeshConfig
         >>> dict(make_mesh(MeshConfig(data=-1), jax.devices()[:1]).shape)
         {'data': 1, 'fsdp': 1, 'tensor': 1}
     """

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from ._config import sampling_problems
-from ._model import apply, compute_dtype
+from ._model import gpt
 
 Array = jax.Array
 
@@ -160,21 +160,19 @@ def _generate_cached(
     params: Any, prompt: Array, key: Any, cfg: Any, max_new: int, options: tuple, stop: Any
 ) -> Array:
     batch, plen = prompt.shape
-    size = plen + max_new
-    shape = (cfg.n_layers, batch, size, cfg.kv_heads, cfg.head_dim)
-    dtype = compute_dtype(cfg)
-    cache = (jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
-    logits, cache = apply(params, prompt, cfg, positions=jnp.arange(plen), cache=cache)
+    model = gpt(cfg)
+    # The KV cache lives in the params (non-trainable entries of each attention layer).
+    cached = model.init_cache(params, batch, plen + max_new)
+    logits, cached = model(cached, prompt, positions=jnp.arange(plen), decode=True)
     first = sample_token(logits[:, -1], jax.random.fold_in(key, 0), *options)
 
-    def step(cache: Any, i: Array, tok: Array) -> tuple[Any, Array]:
-        pos = (plen + i - 1)[
-            None
-        ]  # the previous token's position: feed it, predict position plen + i
-        logits, cache = apply(params, tok[:, None], cfg, positions=pos, cache=cache)
-        return cache, sample_token(logits[:, 0], jax.random.fold_in(key, i), *options)
+    def step(cached: Any, i: Array, tok: Array) -> tuple[Any, Array]:
+        # Feed the previous token (at position plen + i - 1), predict position plen + i.
+        pos = (plen + i - 1)[None]
+        logits, cached = model(cached, tok[:, None], positions=pos, decode=True)
+        return cached, sample_token(logits[:, 0], jax.random.fold_in(key, i), *options)
 
-    return _loop((cache, first), step, max_new, prompt, stop)
+    return _loop((cached, first), step, max_new, prompt, stop)
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4, 5, 6))
@@ -183,13 +181,14 @@ def _generate_uncached(
 ) -> Array:
     batch, plen = prompt.shape
     buf = jnp.zeros((batch, plen + max_new), jnp.int32).at[:, :plen].set(prompt)
-    logits = apply(params, buf, cfg)[0]
+    model = gpt(cfg)
+    logits = model(params, buf)[0]
     first = sample_token(logits[:, plen - 1], jax.random.fold_in(key, 0), *options)
     buf = buf.at[:, plen].set(first)
 
     def step(buf: Array, i: Array, tok: Array) -> tuple[Array, Array]:
         # Causal attention: positions after plen + i - 1 (still zeros) do not affect its logits.
-        logits = apply(params, buf, cfg)[0]
+        logits = model(params, buf)[0]
         row = jax.lax.dynamic_index_in_dim(logits, plen + i - 1, axis=1, keepdims=False)
         new = sample_token(row, jax.random.fold_in(key, i), *options)
         return jax.lax.dynamic_update_slice_in_dim(buf, new[:, None], plen + i, axis=1), new

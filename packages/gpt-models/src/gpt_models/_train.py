@@ -20,7 +20,7 @@ import paramspec as ps
 from core_primitives import keypath_to_path, pytree_dataclass
 
 from ._config import Config, TrainConfig
-from ._model import GPT, loss_fn
+from ._model import init_params, loss_fn, param_specs
 from ._muon import make_muon
 from ._parallel import RULES, activation_constraint
 
@@ -43,7 +43,7 @@ def make_schedule(t: TrainConfig) -> optax.Schedule:
     """Linear warmup from 0 to ``lr`` over ``warmup_steps``, then cosine decay to ``lr * min_lr_ratio``.
 
     Example:
-        >>> from gpt_models._config import TrainConfig
+        >>> from gpt_models import TrainConfig
         >>> s = make_schedule(TrainConfig(steps=100, lr=1.0, warmup_steps=10, min_lr_ratio=0.1))
         >>> [round(float(s(i)), 3) for i in (0, 5, 10, 100)]
         [0.0, 0.5, 1.0, 0.1]
@@ -64,8 +64,14 @@ def _global_norm(tree: Any) -> jax.Array:
 
 
 def _decay_mask(params: Any) -> Any:
-    # Weight decay on matrices only: decaying norm scales towards 0 fights the normalisation.
-    return jax.tree.map(lambda p: p.ndim >= 2, params)
+    # Weight decay on matrices only: decaying norm scales towards 0 fights the normalisation. A
+    # matrix has two or more axes besides the stacked "layers" axis (read from the logical axes,
+    # so a stacked norm scale (layers, d_model) is not mistaken for one).
+    def is_matrix(p: Any) -> bool:
+        axes = p.logical_axes or (None,) * len(p.shape)
+        return sum(a != "layers" for a in axes) >= 2
+
+    return params.map(is_matrix)
 
 
 def _adamw(t: TrainConfig) -> optax.GradientTransformation:
@@ -128,15 +134,15 @@ def _match_param_shardings(tree: Any, params: Any, param_shardings: Any, mesh: A
 
 def abstract_params(cfg: Config, mesh: Any) -> Any:
     """``ShapeDtypeStruct`` s with shardings for the params alone (what sampling restores)."""
-    return ps.abstract(GPT.param_specs(cfg.model), mesh, RULES)
+    return ps.abstract(param_specs(cfg.model), mesh, RULES)
 
 
 def abstract_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Any) -> TrainState:
     """``ShapeDtypeStruct`` s with shardings for the whole state: the orbax restore target."""
-    specs = GPT.param_specs(cfg.model)
     params = abstract_params(cfg, mesh)
     opt = jax.eval_shape(optimizer.init, params)
-    opt_sh = _match_param_shardings(opt, params, ps.shardings(specs, mesh, RULES), mesh)
+    param_shardings = jax.tree.map(lambda a: a.sharding, params)
+    opt_sh = _match_param_shardings(opt, params, param_shardings, mesh)
     opt = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), opt, opt_sh)
     rep = _replicated(mesh)
     return TrainState(
@@ -171,7 +177,7 @@ def state_shardings(abstract: TrainState) -> TrainState:
 def init_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Any) -> TrainState:
     """A fresh state, every array created directly in its sharded layout."""
     key = jax.random.key(cfg.train.seed)
-    params = ps.init(GPT.param_specs(cfg.model), key, mesh, RULES)
+    params = init_params(cfg.model, key, mesh, RULES)
     shardings = state_shardings(abstract_state(cfg, optimizer, mesh))
     opt_state = jax.jit(optimizer.init, out_shardings=shardings.opt_state)(params)
     rep = _replicated(mesh)
@@ -198,7 +204,7 @@ def train_step(
     Logs (through ``lox.log``): ``micro_loss`` per micro-batch; ``loss``, ``grad_norm`` and ``lr``
     once per step, with ``step=`` metadata.
     """
-    grad_fn = jax.value_and_grad(functools.partial(loss_fn, cfg=cfg.model, constrain=constrain))
+    grad_fn = jax.value_and_grad(functools.partial(loss_fn, config=cfg.model, constrain=constrain))
 
     def micro(acc: Any, mb: jax.Array) -> tuple[Any, jax.Array]:
         loss, grads = grad_fn(state.params, mb)
@@ -245,7 +251,7 @@ def compile_eval_step(cfg: Config, mesh: Any, params: Any) -> Any:
 
     ``params`` is the abstract (or concrete) params; their shardings are the step's input shardings.
     """
-    fn = functools.partial(loss_fn, cfg=cfg.model, constrain=activation_constraint(mesh))
+    fn = functools.partial(loss_fn, config=cfg.model, constrain=activation_constraint(mesh))
     data = NamedSharding(mesh, P(("data", "fsdp"), None))
     return jax.jit(
         lambda params, batch: fn(params, batch),

@@ -12,14 +12,9 @@ from ._distributed import process_info as process_info
 from ._errors import ShardingError as ShardingError
 from ._init import abstract as abstract
 from ._init import init as init
+from ._init import init_sharded as init_sharded
 from ._init import shardings as shardings
-from ._layers import Embedding as Embedding
-from ._layers import EmbeddingConfig as EmbeddingConfig
-from ._layers import Linear as Linear
-from ._layers import LinearConfig as LinearConfig
-from ._layers import ParamInitializer as ParamInitializer
-from ._layers import RMSNorm as RMSNorm
-from ._layers import RMSNormConfig as RMSNormConfig
+from ._initializer import ParamInitializer as ParamInitializer
 from ._mesh import make_mesh as make_mesh
 from ._rules import Rules as Rules
 from ._rules import constrain as constrain

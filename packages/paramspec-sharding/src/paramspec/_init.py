@@ -268,6 +268,54 @@ def init(specs: Any, key: Any, mesh: Any, rules: Any) -> Any:
     return flat.rebuild(program(key), per_carrier=False)
 
 
+def init_sharded(fn: Any, key: Any, mesh: Any, rules: Any) -> Any:
+    """Run an init function ``fn(key) -> params`` in one ``jit``, each output in its sharded layout.
+
+    For params built by code rather than described by specs, e.g. a blox model's first call: the
+    outputs' logical axes (blox ``Param`` metadata, or any ``core_primitives.HasLogicalAxes``
+    carrier; leaves without axes are replicated) are read from ``jax.eval_shape(fn, key)``, turned
+    into shardings by ``rules``, and ``fn`` is compiled with them as ``out_shardings``. Each device
+    computes only its own shards (JAX's partitionable threefry), so no full copy of the params
+    exists on the host or on one device; the same memory care as :func:`init` applies.
+
+    Args:
+        fn: ``fn(key) -> tree`` whose leaves (or ``Params`` children) carry logical axes.
+        key: a ``jax.random.key`` (raw ``PRNGKey`` data and Python ints are accepted too).
+        mesh: the mesh.
+        rules: a :class:`paramspec.Rules` (or a plain mapping).
+
+    Returns:
+        ``fn(key)``, every array placed by its logical axes.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+        ShardingError: the logical axes do not fit the rules and mesh (every problem listed).
+
+    Example:
+        >>> import jax, paramspec as ps
+        >>> from core_primitives import field, pytree_dataclass
+        >>> @pytree_dataclass
+        ... class W:  # any carrier of logical axes; blox Params is the usual one
+        ...     value: jax.Array
+        ...     logical_axes: tuple = field(static=True, default=("embed", "mlp"))
+        ...     shape = property(lambda self: self.value.shape)
+        ...     dtype = property(lambda self: self.value.dtype)
+        >>> mesh = ps.make_mesh((8,), ("model",))
+        >>> w = ps.init_sharded(lambda k: W(jax.random.normal(k, (16, 8))), jax.random.key(0),
+        ...                     mesh, {"embed": "model", "mlp": None}).value
+        >>> tuple(w.sharding.spec), w.addressable_shards[0].data.shape
+        (('model', None), (2, 8))
+    """
+    if not callable(fn):
+        raise TypeError(
+            f"init_sharded(): fn must be a function key -> params, got {type(fn).__name__}. For a "
+            "tree of ParamSpec use paramspec.init(specs, key, mesh, rules)."
+        )
+    key = _as_key(key)
+    out = shardings(jax.eval_shape(fn, key), mesh, rules)
+    return _InitProgram(jax.jit(fn, out_shardings=out))(key)
+
+
 def _as_key(key: Any) -> Any:
     if isinstance(key, int | np.integer) and not isinstance(key, bool):
         return _seed_key(int(key))
@@ -359,9 +407,9 @@ class _InitProgram:
         self._jitted = jitted
         self._compiled: dict[Any, Any] = {}
 
-    def __call__(self, key: Any) -> list[jax.Array]:
+    def __call__(self, key: Any) -> Any:
         if isinstance(key, jax.core.Tracer):  # inside jit/eval_shape: nest like any jitted call
-            return self._jitted(key)  # type: ignore[no-any-return]
+            return self._jitted(key)
         key = _uncommitted(key)
         aval = (getattr(key, "dtype", None), np.shape(key))
         compiled = self._compiled.get(aval)
@@ -370,7 +418,7 @@ class _InitProgram:
                 compiled = self._jitted.lower(key).compile()
             _release_free_heap()
             self._compiled[aval] = compiled
-        return compiled(key)  # type: ignore[no-any-return]
+        return compiled(key)
 
 
 def _uncommitted(key: Any) -> Any:
