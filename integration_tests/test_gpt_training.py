@@ -196,7 +196,7 @@ def test_cli_end_to_end_train_eval_sample(tmp_path):
     assert "--- sample ---" in train.stdout and "step 4" in train.stdout
     run = tmp_path / "e2e"
     assert sorted(p.name for p in run.iterdir()) == [
-        "checkpoints", "config.toml", "loss.png", "metrics", "sample.txt",
+        "checkpoints", "config.toml", "loss.png", "metrics", "metrics.csv", "sample.txt",
     ]  # fmt: skip
     for command, expected in (
         (["eval", "--run", str(run)], "val_loss "),
