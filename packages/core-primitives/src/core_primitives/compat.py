@@ -380,6 +380,25 @@ def make_effect(name: str) -> Any:
     return cls()
 
 
+def ordered_io_effect() -> Any:
+    """The effect of ``io_callback(..., ordered=True)``, allowed in remat and custom derivatives too.
+
+    A primitive that declares it and lowers to an ordered ``jax.experimental.io_callback`` gets
+    JAX's token threading: its callbacks run in program order through ``jit``, ``scan``,
+    ``cond`` and nested jits, which unordered (``jax.debug.callback``) ones do not (XLA may
+    schedule a nested computation's callback first). Unlike the ordered debug effect it is
+    allowed on more than one device. JAX registers it for control flow only; remat and
+    custom-derivative bodies holding such a primitive must be accepted as well.
+    0.7.2 .. 0.12: ``jax._src.callback._OrderedIOEffect`` throughout.
+    """
+    from jax._src import callback as _callback
+
+    eff = _callback._OrderedIOEffect
+    _effects.remat_allowed_effects.add_type(type(eff))
+    _effects.custom_derivatives_allowed_effects.add_type(type(eff))
+    return eff
+
+
 # --- threefry lowering on CPU ----------------------------------------------------------------------
 # JAX lowers the threefry2x32 hash on CPU as a rolled 5-step fori_loop (to keep compile times down);
 # its carry holds two buffers of the output's size plus a copy, which XLA cannot fuse away, so an

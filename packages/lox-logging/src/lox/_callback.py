@@ -17,19 +17,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
 from jax import lax
+from jax.experimental import io_callback
 
 from core_primitives import compat
 
-_effect = compat.make_effect("LoxTapEffect")
+# Ordered: XLA otherwise runs callbacks in any order its schedule likes (a nested jit's site came
+# before the sites preceding it in a scan body). tap's contract is program order.
+_effect = compat.ordered_io_effect()
 
 tap_p = compat.Primitive("lox_tap")
 tap_p.multiple_results = True
 
 
 def _callback(*args: Any, host: Callable[..., None]) -> list[Any]:
-    jax.debug.callback(host, *args)
+    io_callback(host, None, *args, ordered=True)
     return []
 
 
