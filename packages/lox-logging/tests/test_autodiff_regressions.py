@@ -42,7 +42,7 @@ def test_scan_sites_survive_differentiation(transform):
 
 
 def test_remat_scan_body_under_grad_keeps_its_site():
-    loss = lambda w: _scan_loss(w, remat=True)  # noqa: E731
+    loss = lambda w: _scan_loss(w, remat=True)
     assert "lox_log" in str(jax.make_jaxpr(jax.grad(loss))(jnp.ones(2)))
     _, logs = lox.spool(jax.grad(loss))(jnp.ones(2))
     np.testing.assert_allclose(logs["c"], [2.0, 4.0, 6.0])
@@ -75,7 +75,7 @@ def test_tap_keeps_program_order_through_cond_and_inner_jit(jit, names):
     seen = []
     g = lox.tap(
         _scan_cond_jit,
-        lambda l: seen.append(int(next(iter(l.steps.values()))["step"][0])),
+        lambda logs: seen.append(int(next(iter(logs.steps.values()))["step"][0])),
         names=names,
     )
     (jax.jit(g) if jit else g)(jnp.array([1.0, -1.0, 2.0]))

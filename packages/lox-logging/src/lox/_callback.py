@@ -24,7 +24,7 @@ from core_primitives import compat
 
 # Ordered: XLA otherwise runs callbacks in any order its schedule likes (a nested jit's site came
 # before the sites preceding it in a scan body). tap's contract is program order.
-_effect = compat.ordered_io_effect()
+_effect = compat.make_ordered_effect("LoxTapEffect")
 
 tap_p = compat.Primitive("lox_tap")
 tap_p.multiple_results = True
@@ -53,7 +53,7 @@ def _jvp(primals: Sequence[Any], tangents: Sequence[Any], *, host: Callable) -> 
 
 tap_p.def_impl(_callback)  # eager: jax.debug.callback calls the host right away
 tap_p.def_effectful_abstract_eval(lambda *avals, host: ([], {_effect}))
-compat.register_lowering(tap_p, _callback, multiple_results=True)
+compat.register_ordered_callback_lowering(tap_p, _callback, _effect)
 compat.register_batching(tap_p, _batch)
 compat.register_jvp(tap_p, _jvp)
 compat.register_transpose(tap_p, lambda cts, *args, host: [None] * len(args))
