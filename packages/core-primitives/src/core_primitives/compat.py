@@ -406,9 +406,7 @@ def make_ordered_effect(name: str) -> Any:
     return cls()
 
 
-def register_ordered_callback_lowering(
-    prim: Any, impl: Callable[..., Any], effect: Any
-) -> None:
+def register_ordered_callback_lowering(prim: Any, impl: Callable[..., Any], effect: Any) -> None:
     """Lower ``prim`` (declaring the ordered ``effect``) as ``impl``, an ordered ``io_callback``.
 
     ``impl(*args, **params)`` calls ``jax.experimental.io_callback(..., ordered=True)``; the
