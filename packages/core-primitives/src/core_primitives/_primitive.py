@@ -92,6 +92,10 @@ def identity_primitive(
     compat.register_lowering(prim, lambda *args, **params: list(args), multiple_results=True)
     compat.register_batching(prim, batch or _default_batch(prim))
     compat.register_jvp(prim, jvp or _default_jvp(prim, differentiated_effect is not None))
+    if differentiated_effect is not None:
+        # A site that partial evaluation stages without a JVP having run (the primal inside a
+        # custom_jvp rule, a scan's loop-invariant hoisting) needs the effect as well.
+        compat.register_staged_params(prim, lambda p: {**p, "differentiated": True})
     compat.register_transpose(prim, transpose or _pass_through_transpose)
     if keep_alive:
         compat.register_keep_alive(prim)

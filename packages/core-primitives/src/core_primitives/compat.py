@@ -324,6 +324,25 @@ def register_keep_alive(prim: Any) -> None:
     _pe.dce_rules[prim] = rule
 
 
+def register_staged_params(prim: Any, update: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """When tracing-based partial evaluation stages ``prim`` (an operand unknown), use ``update(params)``.
+
+    ``partial_eval_jaxpr_nounits`` (scan's and custom_jvp's rules under ``grad``, loop-invariant
+    hoisting in a scan) builds the staged jaxpr from what its outputs reach, plus equations with
+    a kept effect; a marker whose output nobody reads is dropped unless ``update`` gives it one.
+    All-known equations are evaluated as they are. 0.7.2 .. 0.12: ``custom_partial_eval_rules``
+    rules are ``rule(trace, *tracers, **params)`` and ``JaxprTrace.default_process_primitive``
+    takes ``(prim, tracers, params)``.
+    """
+
+    def rule(trace: Any, *tracers: Any, **params: Any) -> Any:
+        if any(not t.pval.is_known() for t in tracers):
+            params = update(params)
+        return trace.default_process_primitive(prim, tracers, params)
+
+    _pe.custom_partial_eval_rules[prim] = rule
+
+
 def register_no_recompute(
     prim: Any, *, mark: Callable[[dict[str, Any]], dict[str, Any]] | None
 ) -> None:
