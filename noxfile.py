@@ -39,7 +39,7 @@ IMPORT_NAMES = {
 # Third-party packages some tests use beyond a package's own dependencies.
 TEST_EXTRAS = {
     "core-primitives": [],
-    "lox-logging": ["wandb"],
+    "lox-logging": ["wandb", "hypothesis>=6.100"],
     "blox-params": ["optax", "orbax-checkpoint", "treescope"],
     "paramspec-sharding": ["orbax-checkpoint"],
     "gpt-models": ["wandb"],

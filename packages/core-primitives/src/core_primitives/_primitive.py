@@ -33,6 +33,7 @@ def identity_primitive(
     transpose: TransposeRule | None = None,
     effect: Any = None,
     keep_alive: bool = False,
+    differentiated_effect: Any = None,
     recompute_params: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Any:
     """Define a primitive that returns its operands unchanged: a marker in the jaxpr.
@@ -51,6 +52,13 @@ def identity_primitive(
         transpose: ``transpose(cts, *args, **params) -> cts_in``. Default: cotangents pass through.
         effect: an effect from :func:`core_primitives.compat.make_effect`, or ``None``.
         keep_alive: never drop the equation in dead-code elimination even without an effect.
+        differentiated_effect: an effect the site takes once differentiated. The default JVP
+            rule then binds the primal with ``differentiated=True``, and only such an equation
+            carries the effect. Partial evaluation (``linearize``/``vjp``/``grad``, inside
+            ``scan``, ``cond``, ``jit``, ``checkpoint``...) keeps an equation only for its used
+            outputs or a kept effect, so without one a differentiated site with an unused
+            result vanishes; ``keep_alive`` reaches only plain dead-code elimination. An
+            untransformed site stays effect-free, which keeps ``jax.jit``'s fast C++ dispatch.
         recompute_params: under ``jax.checkpoint``, the recomputed copy of a site gets
             ``recompute_params(params)`` so rewrites can tell it from the original.
 
@@ -69,13 +77,25 @@ def identity_primitive(
     prim = compat.Primitive(name)
     prim.multiple_results = True
     prim.def_impl(lambda *args, **params: list(args))
-    if effect is None:
+    if differentiated_effect is not None:
+        marked = {differentiated_effect}
+        prim.def_effectful_abstract_eval(
+            lambda *avals, **params: (
+                list(avals),
+                marked if params.get("differentiated") else set(),
+            )
+        )
+    elif effect is None:
         prim.def_abstract_eval(lambda *avals, **params: list(avals))
     else:
         prim.def_effectful_abstract_eval(lambda *avals, **params: (list(avals), {effect}))
     compat.register_lowering(prim, lambda *args, **params: list(args), multiple_results=True)
     compat.register_batching(prim, batch or _default_batch(prim))
-    compat.register_jvp(prim, jvp or _default_jvp(prim))
+    compat.register_jvp(prim, jvp or _default_jvp(prim, differentiated_effect is not None))
+    if differentiated_effect is not None:
+        # A site that partial evaluation stages without a JVP having run (the primal inside a
+        # custom_jvp rule, a scan's loop-invariant hoisting) needs the effect as well.
+        compat.register_staged_params(prim, lambda p: {**p, "differentiated": True})
     compat.register_transpose(prim, transpose or _pass_through_transpose)
     if keep_alive:
         compat.register_keep_alive(prim)
@@ -91,8 +111,10 @@ def _default_batch(prim: Any) -> BatchRule:
     return rule
 
 
-def _default_jvp(prim: Any) -> JvpRule:
+def _default_jvp(prim: Any, mark: bool = False) -> JvpRule:
     def rule(primals: Sequence[Any], tangents: Sequence[Any], **params: Any) -> Any:
+        if mark:
+            params = {**params, "differentiated": True}
         return prim.bind(*primals, **params), list(tangents)
 
     return rule

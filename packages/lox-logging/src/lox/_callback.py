@@ -17,19 +17,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
 from jax import lax
+from jax.experimental import io_callback
 
 from core_primitives import compat
 
-_effect = compat.make_effect("LoxTapEffect")
+# Ordered: XLA otherwise runs callbacks in any order its schedule likes (a nested jit's site came
+# before the sites preceding it in a scan body). tap's contract is program order.
+_effect = compat.make_ordered_effect("LoxTapEffect")
 
 tap_p = compat.Primitive("lox_tap")
 tap_p.multiple_results = True
 
 
 def _callback(*args: Any, host: Callable[..., None]) -> list[Any]:
-    jax.debug.callback(host, *args)
+    io_callback(host, None, *args, ordered=True)
     return []
 
 
@@ -51,7 +53,7 @@ def _jvp(primals: Sequence[Any], tangents: Sequence[Any], *, host: Callable) -> 
 
 tap_p.def_impl(_callback)  # eager: jax.debug.callback calls the host right away
 tap_p.def_effectful_abstract_eval(lambda *avals, host: ([], {_effect}))
-compat.register_lowering(tap_p, _callback, multiple_results=True)
+compat.register_ordered_callback_lowering(tap_p, _callback, _effect)
 compat.register_batching(tap_p, _batch)
 compat.register_jvp(tap_p, _jvp)
 compat.register_transpose(tap_p, lambda cts, *args, host: [None] * len(args))

@@ -29,6 +29,9 @@ def _batch(size: int, args: Sequence[Any], dims: Sequence[int | None], **params:
 lox_p = identity_primitive(
     "lox_log",
     keep_alive=True,  # a site whose result is unused must still be found by spool/tap
+    # Under grad/vjp/linearize partial evaluation drops what has neither a used output nor a
+    # kept effect (a site in a scan body was lost that way): a differentiated site has one.
+    differentiated_effect=compat.make_effect("LoxSiteEffect"),
     recompute_params=lambda p: {**p, "recomputed": True},  # remat's copy is not a new event
 )
 compat.register_batching_always(lox_p, _batch)
@@ -124,6 +127,7 @@ def log(data: Mapping[str, Any], *, tags: str | Sequence[str] = (), **steps: Any
             step_keys=step_keys,
             nbatch=0,
             recomputed=False,
+            differentiated=False,
             taken=(),  # set by _taken when the site is in a branch vmap runs for every lane
         )
         out[key] = jax.tree.unflatten(treedef, res[: len(leaves)])
