@@ -157,7 +157,12 @@ def _plain_step(cfg: Config):
                     mask=lambda p: jax.tree.map(lambda a: a.ndim >= 2, p)),
     )  # fmt: skip
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    # The same XLA:CPU option our step gets by default (docs/gpt_models.md, CPU performance), so the
+    # ratio stays what the abstractions cost rather than a compiler flag.
+    cpu = jax.default_backend() == "cpu"
+    options = {"xla_cpu_experimental_xnn_graph_fusion_mode": "XNN_GRAPH_FUSION_MODE_GREEDY"}
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1), compiler_options=options if cpu else None)
     def step(params, opt_state, batch):
         loss, grads = jax.value_and_grad(_plain_loss)(params, batch, cfg.model)
         updates, opt_state = opt.update(grads, opt_state, params)
