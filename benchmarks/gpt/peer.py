@@ -8,6 +8,7 @@ cannot import torch. Used by ``run.py`` (``--peer`` adds the rows, ``--peer-only
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -40,6 +41,14 @@ def torch_missing(torch_python: str) -> str | None:
     return None
 
 
+def _tokens_per_s(cmd: list[str], env: dict[str, str]) -> float:
+    """The run's tokens/s after its first 5 steps; on a machine so loaded that it made no more than
+    5 steps, all its steps (``tokens / train_s``) instead of NaN."""
+    info = _run(cmd, env)
+    tps = float(info["tokens_per_s"])
+    return tps if math.isfinite(tps) else info["tokens"] / info["train_s"]
+
+
 def _run(cmd: list[str], env: dict[str, str]) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     for line in proc.stdout.splitlines():
@@ -62,8 +71,8 @@ def side_by_side(
     ours_cmd = [sys.executable, str(HERE / "ours_peer.py"), *flags]
     out: dict = {"shape": shape, "torch": [], "ours": [], "load": []}
     for _ in range(reps):
-        out["torch"].append(_run(torch_cmd, env)["tokens_per_s"])
-        out["ours"].append(_run(ours_cmd, env)["tokens_per_s"])
+        out["torch"].append(_tokens_per_s(torch_cmd, env))
+        out["ours"].append(_tokens_per_s(ours_cmd, env))
         out["load"].append(os.getloadavg()[0])
         print(
             f"[peer] {shape}: torch {out['torch'][-1]:,.0f} ours {out['ours'][-1]:,.0f} tok/s",
