@@ -12,6 +12,9 @@ Run: ``.venv/bin/python benchmarks/gpt/run.py`` (writes ``benchmarks/gpt/RESULTS
 * Peak host memory of sharded ``init_params`` for ``gpt2-small`` on 8 CPU devices
   (``init_memory.py``, in its own process).
 * On a GPU: ``gpt2-small`` tokens/s and MFU with bf16 compute.
+* With ``--peer``: side by side with the PyTorch peer trainer (``peer.py``), separate processes
+  alternating torch, ours, torch, ours; ``--peer-only`` runs just that row (quick re-runs):
+  ``python benchmarks/gpt/run.py --peer-only --torch-python $HOME/torch-venv/bin/python``.
 
 MFU = flops_per_token * tokens/s / peak, flops_per_token = 6 * N_matmul + 12 * L * d * T (see
 ``docs/gpt_models.md``); the CPU peak is the measured float32 matmul throughput of this process.
@@ -52,6 +55,9 @@ from gpt_models import (
     param_count,
     to_items,
 )
+
+sys.path.insert(0, str(Path(__file__).parent))
+import peer
 
 HERE = Path(__file__).parent
 
@@ -151,7 +157,12 @@ def _plain_step(cfg: Config):
                     mask=lambda p: jax.tree.map(lambda a: a.ndim >= 2, p)),
     )  # fmt: skip
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    # The same XLA:CPU option our step gets by default (docs/gpt_models.md, CPU performance), so the
+    # ratio stays what the abstractions cost rather than a compiler flag.
+    cpu = jax.default_backend() == "cpu"
+    options = {"xla_cpu_experimental_xnn_graph_fusion_mode": "XNN_GRAPH_FUSION_MODE_GREEDY"}
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1), compiler_options=options if cpu else None)
     def step(params, opt_state, batch):
         loss, grads = jax.value_and_grad(_plain_loss)(params, batch, cfg.model)
         updates, opt_state = opt.update(grads, opt_state, params)
@@ -366,6 +377,26 @@ def _rescale_cpu_peak(rows: list[dict]) -> None:
         r["peak"] = peak
 
 
+def _machine_line() -> str:
+    load = os.getloadavg()
+    return (
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, JAX {jax.__version__} "
+        f"({jax.default_backend()}); load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}."
+    )
+
+
+def _peer_rows(args: argparse.Namespace) -> list[str]:
+    skipped = peer.torch_missing(args.torch_python)
+    if skipped:
+        print(f"[peer] skipped: {skipped}", flush=True)
+        return peer.report([], skipped, args.peer_seconds)
+    rows = [
+        peer.side_by_side(s, args.peer_reps, args.peer_seconds, args.peer_dir, args.torch_python)
+        for s in args.peer_shapes.split(",")
+    ]
+    return peer.report(rows, None, args.peer_seconds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -373,7 +404,20 @@ def main() -> None:
     parser.add_argument("--skip-checkpoint", action="store_true")
     parser.add_argument("--skip-init-memory", action="store_true")
     parser.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    parser.add_argument("--peer", action="store_true", help="add the PyTorch side-by-side rows")
+    parser.add_argument("--peer-only", action="store_true", help="only the PyTorch rows")
+    parser.add_argument("--peer-reps", type=int, default=3, help="torch/ours pairs per shape")
+    parser.add_argument("--peer-seconds", type=float, default=30.0, help="training time per run")
+    parser.add_argument("--peer-shapes", default=",".join(peer.SHAPES))
+    parser.add_argument("--peer-dir", type=Path, default=peer.DEFAULT_PEER_DIR)
+    parser.add_argument("--torch-python", default=peer.DEFAULT_TORCH_PYTHON)
     args = parser.parse_args()
+    peer_lines = _peer_rows(args) if args.peer or args.peer_only else []
+    if args.peer_only:
+        text = "\n".join(["# gpt_models vs PyTorch (CPU)", "", _machine_line(), *peer_lines]) + "\n"
+        Path(args.out).write_text(text)
+        print(text)
+        return
     rows = []
     for name, cfg in _configs().items():
         rows.append(bench_throughput(name, cfg, args.rounds, args.steps))
@@ -384,7 +428,9 @@ def main() -> None:
     init = None if args.skip_init_memory else bench_init_memory()
     print(init, flush=True)
     gpu = bench_gpu()
-    text = _report(rows, ckpt, gpu, init, args)
+    text = (
+        _report(rows, ckpt, gpu, init, args) + "\n".join(peer_lines) + ("\n" if peer_lines else "")
+    )
     Path(args.out).write_text(text)
     print(text)
 
