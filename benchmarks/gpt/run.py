@@ -23,6 +23,7 @@ import functools
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -286,6 +287,17 @@ def _report(rows: list[dict], ckpt: dict | None, gpu: dict | None, args: argpars
     return "\n".join(lines) + "\n"
 
 
+def _gpu_report(gpu: dict) -> str:
+    return (
+        "# gpt_models GPU benchmark\n\n"
+        f"JAX {jax.__version__} ({jax.default_backend()}), {jax.device_count()} x {gpu['device']}; "
+        "one device measured. Command: `python benchmarks/gpt/run.py --gpu-only` "
+        "(`nox -s bench_gpu`).\n\n"
+        "## gpt2-small, bf16 compute, batch 16 x 1024\n\n"
+        f"{gpu['device']}: {gpu['tps']:,.0f} tok/s, MFU {100 * gpu['mfu']:.1f}%.\n"
+    )
+
+
 def _rescale_cpu_peak(rows: list[dict]) -> None:
     """Re-measure the CPU peak after the runs and keep the higher figure for every row.
 
@@ -309,7 +321,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--skip-checkpoint", action="store_true")
     parser.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    parser.add_argument(
+        "--gpu-only",
+        action="store_true",
+        help="only the GPU section (nox -s bench_gpu); exits non-zero when JAX sees no GPU",
+    )
     args = parser.parse_args()
+    if args.gpu_only:
+        gpu = bench_gpu()
+        if gpu is None:
+            sys.exit(f"--gpu-only: JAX's default backend is {jax.default_backend()!r}, not a GPU")
+        text = _gpu_report(gpu)
+        Path(args.out).write_text(text)
+        print(text)
+        return
     rows = []
     for name, cfg in _configs().items():
         rows.append(bench_throughput(name, cfg, args.rounds, args.steps))
