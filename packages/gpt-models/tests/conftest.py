@@ -40,3 +40,17 @@ def small_config(**sections) -> Config:
 @pytest.fixture
 def small() -> Config:
     return small_config()
+
+
+@pytest.fixture(scope="session")
+def sharded_mesh() -> tuple[dict[str, int], list]:
+    """`mesh` config sizes over up to 8 devices (tensor, then fsdp, then data get 2) and those devices.
+
+    8 fake CPU devices (the default) give data=fsdp=tensor=2; 4 TPU chips 1 x 2 x 2; 2 GPUs 1 x 1 x 2.
+    """
+    import jax
+
+    n = jax.device_count()
+    sizes = {"data": 2 if n >= 8 else 1, "fsdp": 2 if n >= 4 else 1, "tensor": 2 if n >= 2 else 1}
+    used = sizes["data"] * sizes["fsdp"] * sizes["tensor"]
+    return sizes, jax.devices()[:used]

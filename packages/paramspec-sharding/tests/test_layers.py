@@ -11,8 +11,8 @@ RULES = ps.Rules({"embed": None, "mlp": "model", "vocab": "model", "batch": "dat
 
 
 @pytest.fixture(scope="module")
-def mesh():
-    return ps.make_mesh((2, 4), ("data", "model"))
+def mesh(device_grid):
+    return ps.make_mesh(device_grid, ("data", "model"))
 
 
 @pytree_dataclass
