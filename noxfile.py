@@ -68,6 +68,7 @@ MATRIX_TESTS = [
     "packages/gpt-models/tests/test_checkpoint.py",
     "integration_tests",
 ]
+CI_MODULES = ["check_floors", "release_check", "check_api_docs"]  # .ci scripts with doctests
 PYTEST = ["pytest", "-q", "--timeout=900", "-p", "no:cacheprovider"]
 ENV = {
     "WANDB_MODE": "disabled",
@@ -104,7 +105,7 @@ def tests(session: nox.Session) -> None:
         session.run(*PYTEST, d, *session.posargs, env=ENV)
     session.run(*PYTEST, "integration_tests", *session.posargs, env=ENV)
     # The CI scripts' own logic (floors check, release check).
-    ci = [".ci/tests", "--doctest-modules", ".ci/check_floors.py", ".ci/release_check.py"]
+    ci = [".ci/tests", "--doctest-modules", *(f".ci/{m}.py" for m in CI_MODULES)]
     session.run(*PYTEST, *ci, env=ENV)
 
 
@@ -369,9 +370,11 @@ def docs(session: nox.Session) -> None:
     """Build the documentation site and run every doctest (docstrings and docs pages)."""
     _sync(session, "dev", "docs")
     session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"))
+    session.run("python", str(ROOT / ".ci" / "check_api_docs.py"), str(ROOT / "site"))
     srcs = [f"packages/{p}/src" for p in PACKAGES]
     session.run(*PYTEST, "--doctest-modules", *srcs, env=ENV)
-    session.run(*PYTEST, "--doctest-glob=*.md", "docs", "README.md", env=ENV)
+    readmes = sorted(glob.glob("packages/*/README.md", root_dir=ROOT))  # their PyPI pages
+    session.run(*PYTEST, "--doctest-glob=*.md", "docs", "README.md", *readmes, env=ENV)
 
 
 @nox.session(python="3.11", reuse_venv=False)

@@ -37,7 +37,10 @@ def test_names_are_compared_canonically():
 
 
 def test_publish_order_puts_dependencies_first_and_ignores_packages_not_released():
-    requires = {"gpt-models": ["lox-logging", "core-primitives"], "lox-logging": ["core-primitives"]}
+    requires = {
+        "gpt-models": ["lox-logging", "core-primitives"],
+        "lox-logging": ["core-primitives"],
+    }
     assert publish_order(requires) == ["lox-logging", "gpt-models"]
     requires["core-primitives"] = []
     assert publish_order(requires) == ["core-primitives", "lox-logging", "gpt-models"]
