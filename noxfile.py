@@ -325,8 +325,9 @@ def _accelerator_session(session: nox.Session, kind: str, extra: str) -> None:
     _require_accelerator(session, kind)
     jax = _locked_version("jax")
     _matrix_install(session, [f"jax[{extra}]=={jax}"])
-    # JAX_PLATFORMS="" lets JAX pick the accelerator; the conftests only set it when unset.
-    env = {**ENV, "JAX_PLATFORMS": ""}
+    # JAX_PLATFORMS="" lets JAX pick the accelerator; the conftests only set it when unset. The
+    # tests compare float32 results tightly, as on CPU: no TF32/bf16 passes in float32 matmuls.
+    env = {**ENV, "JAX_PLATFORMS": "", "JAX_DEFAULT_MATMUL_PRECISION": "highest"}
     probe = (
         f"import jax; b = jax.default_backend(); assert b == {kind!r}, f'JAX sees {{b}}, not {kind}'; "
         "print(jax.__version__, jax.device_count(), 'x', jax.devices()[0].device_kind)"
