@@ -360,6 +360,17 @@ def _report(
     return "\n".join(lines) + "\n"
 
 
+def _gpu_report(gpu: dict) -> str:
+    return (
+        "# gpt_models GPU benchmark\n\n"
+        f"JAX {jax.__version__} ({jax.default_backend()}), {jax.device_count()} x {gpu['device']}; "
+        "one device measured. Command: `python benchmarks/gpt/run.py --gpu-only` "
+        "(`nox -s bench_gpu`).\n\n"
+        "## gpt2-small, bf16 compute, batch 16 x 1024\n\n"
+        f"{gpu['device']}: {gpu['tps']:,.0f} tok/s, MFU {100 * gpu['mfu']:.1f}%.\n"
+    )
+
+
 def _rescale_cpu_peak(rows: list[dict]) -> None:
     """Re-measure the CPU peak after the runs and keep the higher figure for every row.
 
@@ -411,7 +422,20 @@ def main() -> None:
     parser.add_argument("--peer-shapes", default=",".join(peer.SHAPES))
     parser.add_argument("--peer-dir", type=Path, default=peer.DEFAULT_PEER_DIR)
     parser.add_argument("--torch-python", default=peer.DEFAULT_TORCH_PYTHON)
+    parser.add_argument(
+        "--gpu-only",
+        action="store_true",
+        help="only the GPU section (nox -s bench_gpu); exits non-zero when JAX sees no GPU",
+    )
     args = parser.parse_args()
+    if args.gpu_only:
+        gpu = bench_gpu()
+        if gpu is None:
+            sys.exit(f"--gpu-only: JAX's default backend is {jax.default_backend()!r}, not a GPU")
+        text = _gpu_report(gpu)
+        Path(args.out).write_text(text)
+        print(text)
+        return
     peer_lines = _peer_rows(args) if args.peer or args.peer_only else []
     if args.peer_only:
         text = "\n".join(["# gpt_models vs PyTorch (CPU)", "", _machine_line(), *peer_lines]) + "\n"

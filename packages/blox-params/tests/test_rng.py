@@ -124,8 +124,9 @@ def test_nested_vmaps_give_distinct_masks_per_lane():
     assert len(masks) == 9
 
 
+@pytest.mark.min_devices(2, why="masks of different devices to compare")
 def test_shard_map_per_device_masks():
-    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("batch",))
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("batch",))  # up to 4 devices
     _, apply, init = _model(fold_in_axes=("batch",))
     params = init(0).locked()
     shard_map = getattr(jax, "shard_map", None)

@@ -17,7 +17,7 @@ SMALL_ARGS = [
     "--set", "model.seq_len=32", "--set", "model.d_model=32", "--set", "model.n_layers=2",
     "--set", "model.n_heads=2", "--set", "train.steps=6", "--set", "train.batch_size=8",
     "--set", "train.warmup_steps=1", "--set", "train.eval_every=3", "--set", "train.eval_batches=2",
-    "--set", "train.checkpoint_every=3", "--set", "sample.max_new_tokens=8", "--set", "mesh.data=8",
+    "--set", "train.checkpoint_every=3", "--set", "sample.max_new_tokens=8", "--set", "mesh.data=-1",
 ]  # fmt: skip
 
 
@@ -74,3 +74,17 @@ def gpt_train(tmp_path):
 def small_args() -> list[str]:
     """The ``--set`` flags of the small run, for ``gpt train`` calls that choose their own folder."""
     return list(SMALL_ARGS)
+
+
+@pytest.fixture(scope="session")
+def sharded_mesh() -> tuple[dict[str, int], list]:
+    """`mesh` config sizes over up to 8 devices (tensor, then fsdp, then data get 2) and those devices.
+
+    8 fake CPU devices (the default) give data=fsdp=tensor=2; 4 TPU chips 1 x 2 x 2; 2 GPUs 1 x 1 x 2.
+    """
+    import jax
+
+    n = jax.device_count()
+    sizes = {"data": 2 if n >= 8 else 1, "fsdp": 2 if n >= 4 else 1, "tensor": 2 if n >= 2 else 1}
+    used = sizes["data"] * sizes["fsdp"] * sizes["tensor"]
+    return sizes, jax.devices()[:used]

@@ -53,7 +53,8 @@ def test_sharded_round_trip_onto_another_layout(tmp_path):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    mesh = jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    n = jax.device_count()  # 8 rows split over every device present
+    mesh = jax.make_mesh((n,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
     x = jax.device_put(np.arange(64.0).reshape(8, 8), NamedSharding(mesh, P("x", None)))
     ckpt = Checkpointer(tmp_path, keep=1)
     ckpt.save(1, {"a": {"x": x}}, {})

@@ -101,9 +101,11 @@ def test_dimension_numbers_need_the_models_params():
         muon_dimension_numbers({"w": np.ones((2, 2))})
 
 
-def test_muon_state_is_sharded_and_round_trips_through_a_checkpoint(tmp_path):
-    cfg = small_config(train=MUON, mesh={"data": 2, "fsdp": 2, "tensor": 2})
-    state, step, abstract = _setup(cfg, jax.devices())
+@pytest.mark.min_devices(2, why="Muon state sharded over a mesh")
+def test_muon_state_is_sharded_and_round_trips_through_a_checkpoint(tmp_path, sharded_mesh):
+    sizes, devices = sharded_mesh  # data = fsdp = tensor = 2 on the 8 fake CPU devices
+    cfg = small_config(train=MUON, mesh=sizes)
+    state, step, abstract = _setup(cfg, devices)
     state, _ = step(state, _batch(cfg))
     w_in = state.params[(*BLOCK, "mlp", "linear_0", "kernel")].value
     momentum = [x for x in jax.tree.leaves(state.opt_state) if x.shape == w_in.shape]

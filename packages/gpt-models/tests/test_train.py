@@ -67,13 +67,14 @@ def test_grad_accumulation_matches_one_big_batch():
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-6), s1.params, s2.params)
 
 
-def test_sharded_step_on_8_devices_matches_one_device():
-    assert jax.device_count() == 8
+@pytest.mark.min_devices(2, why="a sharded step to compare with one device")
+def test_sharded_step_matches_one_device(sharded_mesh):
+    sizes, devices = sharded_mesh  # data = fsdp = tensor = 2 on the 8 fake CPU devices
     cfg1 = small_config()
-    cfg8 = small_config(mesh={"data": 2, "fsdp": 2, "tensor": 2})
+    cfg8 = small_config(mesh=sizes)
     batch = _batch(cfg1)
     s1, f1 = _setup(cfg1)
-    s8, f8 = _setup(cfg8, jax.devices())
+    s8, f8 = _setup(cfg8, devices)
     wq = s8.params[(*ATTN, "query")].value
     assert tuple(wq.sharding.spec) == (None, "fsdp", "tensor", None)
     mu = s8.opt_state[1][0].mu[(*ATTN, "query")].value  # Adam's moments: sharded like the params

@@ -21,14 +21,15 @@ def test_process_info_single_process():
     assert info == ps.ProcessInfo(0, 1, jax.local_device_count(), jax.device_count())
 
 
-def test_make_global_batch_single_process():
-    mesh = ps.make_mesh((2, 4), ("data", "model"))
+def test_make_global_batch_single_process(device_grid):
+    mesh = ps.make_mesh(device_grid, ("data", "model"))
     local = {"tokens": np.arange(32).reshape(8, 4), "mask": np.ones(8, bool)}
     rules = {"batch": ("data", "model"), "seq": None}
     batch = ps.make_global_batch(local, ("batch",), mesh, rules)
     assert batch["tokens"].shape == (8, 4)
     assert tuple(batch["tokens"].sharding.spec) == (("data", "model"), None)
-    assert {s.data.shape for s in batch["tokens"].addressable_shards} == {(1, 4)}
+    rows = 8 // (device_grid[0] * device_grid[1])
+    assert {s.data.shape for s in batch["tokens"].addressable_shards} == {(rows, 4)}
     np.testing.assert_array_equal(batch["tokens"], local["tokens"])
     assert tuple(batch["mask"].sharding.spec) == (("data", "model"),)
     seq = ps.make_global_batch(local["tokens"], ("batch", "seq"), mesh, rules)
@@ -36,7 +37,7 @@ def test_make_global_batch_single_process():
 
 
 def test_make_global_batch_errors_name_the_leaf():
-    mesh = ps.make_mesh((8,), ("data",))
+    mesh = ps.make_mesh((-1,), ("data",))
     with pytest.raises(ps.ShardingError) as info:
         ps.make_global_batch(
             {"x": np.ones((8, 2)), "y": np.ones(8)}, ("btch", None), mesh, {"batch": "data"}
@@ -47,8 +48,9 @@ def test_make_global_batch_errors_name_the_leaf():
     assert "batch leaf y: 2 logical axes ('btch', None) for an array of rank 1" in text
 
 
-def test_make_global_batch_indivisible_rows_error_text():
-    mesh = ps.make_mesh((2, 4), ("data", "model"))
+@pytest.mark.min_devices(2, why="a batch that a data axis of 2 does not divide")
+def test_make_global_batch_indivisible_rows_error_text(device_grid):
+    mesh = ps.make_mesh(device_grid, ("data", "model"))
     with pytest.raises(
         ps.ShardingError,
         match=r"batch leaf x: dim 0 \(logical axis 'batch'\) has size 5 in this process, not "
@@ -58,7 +60,7 @@ def test_make_global_batch_indivisible_rows_error_text():
 
 
 def test_make_global_batch_logical_axes_none_replicates_and_bad_type_error():
-    mesh = ps.make_mesh((8,), ("data",))
+    mesh = ps.make_mesh((-1,), ("data",))
     batch = ps.make_global_batch({"x": np.ones((5, 3))}, None, mesh, {"batch": "data"})
     assert tuple(batch["x"].sharding.spec) == (None, None)
     with pytest.raises(TypeError, match=r"logical_axes: got 0, expected a tuple of logical axis"):
@@ -156,6 +158,7 @@ def _run_two_processes(tmp_path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.min_devices(4, why="the one-process reference uses the two workers' 2 x 2 mesh")
 def test_two_processes_match_one_process(tmp_path):
     sys.path.insert(0, str(HERE))
     try:

@@ -10,8 +10,8 @@ RULES = Rules({"embed": "model", "mlp": "data", "vocab": None, "heads": ("data",
 
 
 @pytest.fixture(scope="module")
-def mesh():
-    return make_mesh((2, 4), ("data", "model"))
+def mesh(device_grid):
+    return make_mesh(device_grid, ("data", "model"))
 
 
 def specs():
@@ -29,9 +29,15 @@ def test_shardings_tree(mesh):
     assert out["heads"].spec == PartitionSpec(("data", "model"), None)
 
 
-def test_init_places_each_array_with_expected_shards(mesh):
+def test_init_places_each_array_with_expected_shards(mesh, device_grid):
     params = init(specs(), jax.random.key(0), mesh, RULES)
-    expected = {"emb": (64, 4), "w": (4, 16), "b": (16,), "heads": (1, 3)}
+    d, m = device_grid  # (2, 4) on 8 devices: emb (64, 4), w (4, 16), b (16,), heads (1, 3)
+    expected = {
+        "emb": (64, 16 // m),
+        "w": (16 // m, 32 // d),
+        "b": (32 // d,),
+        "heads": (8 // (d * m), 3),
+    }
     got = {
         "emb": params["emb"],
         "w": params["mlp"]["w"],
@@ -130,7 +136,8 @@ def test_unhashable_initializer_still_works(mesh):
     assert params["w"].tolist() == [7.0] * 8
 
 
-def test_validation_names_every_offending_path(mesh):
+@pytest.mark.min_devices(2, why="a size that a data axis of 2 does not divide")
+def test_validation_names_every_offending_path(mesh, device_grid):
     bad = {
         "net": {
             "emb": ParamSpec((50, 16), ("vocab", "embd")),
@@ -148,7 +155,7 @@ def test_validation_names_every_offending_path(mesh):
         assert "net/mlp: dim 1 (logical axis 'mlp') has size 15, not divisible by 2" in text
         assert "Pad the dimension to a multiple of 2" in text
         assert "net/both: mesh axis 'model' is used twice, by logical axes 'embed' (dim 0)" in text
-        assert "'data': 2, 'model': 4" in text
+        assert f"'data': {device_grid[0]}, 'model': {device_grid[1]}" in text
         assert "  - ok" not in text
 
 
@@ -250,6 +257,6 @@ def test_a_batch_of_keys_is_refused(mesh):
 def test_key_committed_to_one_device_is_accepted(mesh):
     expected = init(specs(), 4, mesh, RULES)
     for key in (jax.random.PRNGKey(4), jax.random.key(4)):
-        committed = jax.device_put(key, jax.devices()[3])
+        committed = jax.device_put(key, jax.devices()[-1])
         params = init(specs(), committed, mesh, RULES)
         np.testing.assert_array_equal(params["mlp"]["w"], expected["mlp"]["w"])

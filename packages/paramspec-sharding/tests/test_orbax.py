@@ -35,9 +35,9 @@ RULES_A = ps.Rules({"vocab": "fsdp", "embed": None, "mlp": None})
 RULES_B = ps.Rules({"vocab": "model", "embed": "data", "mlp": None})
 
 
-def test_save_on_one_mesh_restore_onto_another(tmp_path):
+def test_save_on_one_mesh_restore_onto_another(tmp_path, device_grid):
     cfg = (64, 16)
-    mesh_a = ps.make_mesh((8,), ("fsdp",))
+    mesh_a = ps.make_mesh((-1,), ("fsdp",))
     params = Model.init(cfg, jax.random.key(0), mesh_a, RULES_A)
     assert params.emb.sharding.spec == PartitionSpec("fsdp", None)
 
@@ -46,7 +46,7 @@ def test_save_on_one_mesh_restore_onto_another(tmp_path):
         ckptr.save(path, params)
         ckptr.wait_until_finished()
 
-    mesh_b = ps.make_mesh((2, 4), ("data", "model"))
+    mesh_b = ps.make_mesh(device_grid, ("data", "model"))
     target = Model.abstract(cfg, mesh_b, RULES_B)
     with ocp.StandardCheckpointer() as ckptr:
         restored = ckptr.restore(path, target)
@@ -55,6 +55,7 @@ def test_save_on_one_mesh_restore_onto_another(tmp_path):
     assert restored.eps == params.eps == 1e-5
     assert restored.emb.sharding == target.emb.sharding
     assert restored.emb.sharding.spec == PartitionSpec("model", "data")
-    assert {s.data.shape for s in restored.emb.addressable_shards} == {(16, 8)}
+    d, m = device_grid  # (2, 4) on 8 devices: shards of (16, 8)
+    assert {s.data.shape for s in restored.emb.addressable_shards} == {(64 // m, 16 // d)}
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(restored)):
         np.testing.assert_array_equal(a, b)

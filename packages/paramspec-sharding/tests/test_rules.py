@@ -7,8 +7,8 @@ from paramspec import Rules, ShardingError, constrain, logical_to_sharding, make
 
 
 @pytest.fixture(scope="module")
-def mesh():
-    return make_mesh((2, 4), ("data", "model"))
+def mesh(device_grid):
+    return make_mesh(device_grid, ("data", "model"))
 
 
 RULES = Rules(
@@ -97,17 +97,20 @@ def test_rules_repeated_mesh_axis_error():
         Rules({"embed": ("data", "data")})
 
 
-def test_constrain_inside_jit(mesh):
+def test_constrain_inside_jit(mesh, device_grid):
     @jax.jit
     def f(x):
         return constrain(x * 2, ("batch", "embed"), mesh, RULES)
 
     y = f(jnp.ones((4, 8)))
-    assert y.sharding.spec == PartitionSpec("data", "model")
-    assert y.addressable_shards[0].data.shape == (2, 2)
+    # Compared as shardings: on a mesh axis of size 1 JAX may drop that axis from the spec.
+    assert y.sharding.is_equivalent_to(NamedSharding(mesh, PartitionSpec("data", "model")), 2)
+    d, m = device_grid
+    assert y.addressable_shards[0].data.shape == (4 // d, 8 // m)
     assert "sharding" in str(jax.jit(f).lower(jnp.ones((4, 8))).as_text())
 
 
+@pytest.mark.min_devices(2, why="a size that a data axis of 2 does not divide")
 def test_constrain_error_names_shape_and_problems(mesh):
     with pytest.raises(ShardingError) as info:
         constrain(jnp.ones((3, 8)), ("batch", "embed"), mesh, RULES)
