@@ -508,3 +508,16 @@ def unrolled_threefry_on_cpu() -> Any:
                     table.pop(prim, None)
                 else:
                     table[prim] = saved
+
+
+def xla_cpu_xnn_fusion_supported() -> bool:
+    """Whether jaxlib's XLA:CPU runs XNNPACK greedy graph fusion on a training step.
+
+    jaxlib 0.7.2 compiles the option but fails at run time ("XNNPACK operation failed: unsupported
+    parameter"); 0.10.2 runs it. 0.8/0.9 are untested, so they are left off. Serves JAX < 0.10;
+    delete when the floor reaches 0.10.
+    """
+    import jaxlib
+
+    major, minor = (int(p) for p in jaxlib.__version__.split(".")[:2])
+    return (major, minor) >= (0, 10)

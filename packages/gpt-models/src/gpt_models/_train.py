@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 
 import lox
 import paramspec as ps
-from core_primitives import keypath_to_path, pytree_dataclass
+from core_primitives import compat, keypath_to_path, pytree_dataclass
 
 from ._config import Config, TrainConfig
 from ._model import init_params, loss_fn, param_specs
@@ -241,6 +241,8 @@ def _compiler_options(mesh: Any) -> dict[str, Any] | None:
     if any(d.platform != "cpu" for d in mesh.devices.flat):
         return None
     if _CPU_XNN_OPTION in os.environ.get("XLA_FLAGS", ""):
+        return None
+    if not compat.xla_cpu_xnn_fusion_supported():  # jaxlib < 0.10 fails at run time
         return None
     return {_CPU_XNN_OPTION: "XNN_GRAPH_FUSION_MODE_GREEDY"}
 
