@@ -40,6 +40,94 @@ def test_damaged_latest_falls_back_with_a_warning(tmp_path):
     ckpt.close()
 
 
+def test_reader_sees_steps_saved_after_it_opened(tmp_path):
+    reader = Checkpointer(tmp_path, keep=2)  # e.g. `gpt eval` on a run that is still training
+    writer = Checkpointer(tmp_path, keep=2)
+    for s in (1, 2, 3):
+        writer.save(s, _state(s), {"step": s})
+    writer.wait()
+    _, _, step = reader.restore(_state(0))
+    assert step == 3
+    writer.close()
+    reader.close()
+
+
+def test_a_step_rotated_away_mid_read_is_not_damage(tmp_path, monkeypatch, recwarn):
+    import orbax.checkpoint as ocp
+
+    writer = Checkpointer(tmp_path, keep=1)
+    writer.save(1, _state(1), {"step": 1})
+    writer.wait()
+    reader = Checkpointer(tmp_path, keep=1)
+    real_restore = ocp.CheckpointManager.restore
+    calls = []
+
+    def restore_while_the_writer_rotates(self, step, *args, **kwargs):
+        calls.append(step)
+        if len(calls) == 1:  # the live run saves step 2 and, keeping one, deletes step 1
+            writer.save(2, _state(2), {"step": 2})
+            writer.wait()
+            assert not (tmp_path / "1").exists()
+            raise FileNotFoundError(f"Checkpoint at {tmp_path / '1'} not found.")
+        return real_restore(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", restore_while_the_writer_rotates)
+    state, _, step = reader.restore(_state(0))
+    assert calls == [1, 2] and step == 2 and float(state["state"]["w"][0]) == 2.0
+    assert not [w for w in recwarn if issubclass(w.category, CheckpointWarning)]
+    writer.close()
+    reader.close()
+
+
+def test_a_run_rotating_faster_than_a_reader_is_a_clear_error(tmp_path, monkeypatch):
+    import orbax.checkpoint as ocp
+
+    writer = Checkpointer(tmp_path, keep=1)
+    writer.save(1, _state(1), {"step": 1})
+    writer.wait()
+    reader = Checkpointer(tmp_path, keep=1)
+
+    def every_read_loses_the_race(self, step, *args, **kwargs):
+        writer.save(step + 1, _state(step + 1), {"step": step + 1})
+        writer.wait()
+        raise FileNotFoundError(f"Checkpoint at {tmp_path / str(step)} not found.")
+
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", every_read_loses_the_race)
+    with pytest.raises(
+        UsageError,
+        match=r"Could not restore a checkpoint from .*: the run writing it replaced its "
+        r"checkpoints during each of 5 reads\. Try again, or raise train.checkpoint_every",
+    ):
+        reader.restore(_state(0))
+    monkeypatch.undo()
+    writer.close()
+    reader.close()
+
+
+def test_reads_leave_nothing_behind_and_clear_a_dead_readers_view(tmp_path):
+    import fcntl
+    import os
+
+    ckpt = Checkpointer(tmp_path, keep=1)
+    ckpt.save(1, _state(1), {"step": 1})
+    ckpt.wait()
+    # A reader reads through a view of hard links in checkpoints/.reading/<host>-<pid>-<id>/,
+    # holding a flock on its "held" file; one killed with kill -9 leaves the view behind.
+    dead = tmp_path / ".reading" / "host-1-dead"
+    (dead / "1").mkdir(parents=True)
+    (dead / "held").touch()
+    live = tmp_path / ".reading" / "host-2-live"
+    live.mkdir()
+    fd = os.open(live / "held", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    assert ckpt.restore(_state(0))[2] == 1
+    assert not dead.exists() and live.exists()
+    os.close(fd)  # that reader ends without cleaning up
+    assert ckpt.restore(_state(0))[2] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1"]
+    ckpt.close()
+
+
 def test_no_checkpoint_is_a_clear_error(tmp_path):
     ckpt = Checkpointer(tmp_path / "c", keep=1)
     with pytest.raises(

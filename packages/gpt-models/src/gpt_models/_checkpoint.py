@@ -11,8 +11,13 @@ from typing import Any
 import orbax.checkpoint as ocp
 
 from ._errors import UsageError
+from ._snapshot import stable_view
 
 log = logging.getLogger(__name__)
+
+# How many times a reader lists the steps again when the step it was reading is rotated away.
+_ROTATION_RETRIES = 5
+_ROTATED = object()
 
 
 class CheckpointWarning(UserWarning):
@@ -52,7 +57,7 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True
         )
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        self._manager = _open_manager(self.directory, options)
 
     def steps(self) -> list[int]:
         """Saved steps, oldest first."""
@@ -79,51 +84,131 @@ class Checkpointer:
 
         A target is a pytree of arrays or ``ShapeDtypeStruct`` s (their shardings place the result).
         With ``step=None`` the newest checkpoint is tried first; if it cannot be read (a damaged or
-        truncated file), a :class:`CheckpointWarning` names it and the next older one is tried.
+        truncated file), a :class:`CheckpointWarning` names it and the next older one is tried. A
+        step that a live run deletes while it is read (keep-N rotation) is not damage: the steps
+        are listed again and the new newest is read.
 
         Raises:
             UsageError: there is no checkpoint, or none of them can be read.
         """
         _check_item_names(targets)
-        candidates = [step] if step is not None else self.steps()[::-1]
-        if not candidates:
+        errors: dict[int, str] = {}
+        # The run may still be training and deleting old steps (keep-N). Each try reads a view of
+        # hard links that those deletions cannot change; a step deleted while the view was made
+        # shows as a change in the step list, which is not damage: the next try takes the newest.
+        rounds = 1 if step is not None else _ROTATION_RETRIES
+        for _ in range(rounds):
+            before = _fresh_steps(self._manager)
+            with stable_view(self.directory) as view:
+                if view == self.directory:
+                    got = self._try_newest(self._manager, targets, step, before, errors)
+                else:
+                    reader = _open_reader(view)
+                    try:
+                        got = self._try_newest(reader, targets, step, before, errors)
+                    finally:
+                        reader.close()
+            if got is None:
+                break
+            if got is not _ROTATED:
+                return got
+        if not errors and _fresh_steps(self._manager):
+            raise UsageError(
+                f"Could not restore a checkpoint from {self.directory}: the run writing it replaced "
+                f"its checkpoints during each of {rounds} reads. Try again, or raise "
+                "train.checkpoint_every so that the run saves less often."
+            )
+        if not errors:
             raise UsageError(
                 f"No checkpoint in {self.directory}: the run saved none yet (a run saves every "
                 "train.checkpoint_every steps and at the end). Train it further, or pick a run "
                 "folder that has one."
             )
-        errors = []
-        for s in candidates:
-            try:
-                return (*self._restore_step(s, targets), s)
-            except Exception as err:  # orbax/tensorstore raise many types for damaged files
-                errors.append(f"step {s}: {type(err).__name__}: {str(err)[:300]}")
-                if s != candidates[-1]:
-                    warnings.warn(
-                        f"Checkpoint step {s} in {self.directory} could not be restored "
-                        f"({type(err).__name__}: {str(err)[:200]}); falling back to the previous one.",
-                        CheckpointWarning,
-                        stacklevel=2,
-                    )
         raise UsageError(
             f"No checkpoint in {self.directory} could be restored:\n  "
-            + "\n  ".join(errors)
+            + "\n  ".join(errors.values())
             + "\nThe files may be damaged or from a different model config."
         )
 
-    def _restore_step(
-        self, step: int, targets: Mapping[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        args = {name: ocp.args.StandardRestore(target) for name, target in targets.items()}
-        out = self._manager.restore(
-            step, args=ocp.args.Composite(**args, meta=ocp.args.JsonRestore())
-        )
-        return {name: out[name] for name in targets}, dict(out["meta"])
+    def _try_newest(
+        self,
+        manager: ocp.CheckpointManager,
+        targets: Mapping[str, Any],
+        step: int | None,
+        before: list[int],
+        errors: dict[int, str],
+    ) -> Any:
+        # (items, meta, step); None when every candidate failed; _ROTATED when the run writing
+        # this folder saved or deleted a step meanwhile.
+        listed = [step] if step is not None else _fresh_steps(manager)[::-1]
+        candidates = [s for s in listed if s not in errors]
+        for s in candidates:
+            try:
+                return (*_restore_step(manager, s, targets), s)
+            except Exception as err:  # orbax/tensorstore raise many types for damaged files
+                if step is None and _fresh_steps(self._manager) != before:
+                    return _ROTATED
+                errors[s] = f"step {s}: {type(err).__name__}: {str(err)[:300]}"
+                if s != candidates[-1]:
+                    warnings.warn(
+                        f"Checkpoint step {s} in {self.directory} could not be restored "
+                        f"({type(err).__name__}: {str(err)[:200]}); falling back to the "
+                        "previous one.",
+                        CheckpointWarning,
+                        stacklevel=3,
+                    )
+        return None
 
     def close(self) -> None:
         """Wait for pending writes and release the manager's threads."""
         self._manager.wait_until_finished()
         self._manager.close()
+
+
+def _open_manager(
+    directory: Path, options: ocp.CheckpointManagerOptions
+) -> ocp.CheckpointManager:
+    # Opening lists the steps and stats each one; a live run can delete one in between.
+    for _ in range(_ROTATION_RETRIES - 1):
+        try:
+            return ocp.CheckpointManager(directory, options=options)
+        except FileNotFoundError:
+            continue
+    return ocp.CheckpointManager(directory, options=options)
+
+
+class _ReadOnlyNotices(logging.Filter):
+    # Orbax announces, at WARNING, the settings that read_only=True implies; we asked for them.
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        return not text.startswith(
+            ("CheckpointManagerOptions.read_only=True", "Given directory is read only")
+        )
+
+
+def _open_reader(view: Path) -> ocp.CheckpointManager:
+    # read_only: the view's files are hard links to the run's, so nothing may write to them.
+    absl = logging.getLogger("absl")
+    notices = _ReadOnlyNotices()
+    absl.addFilter(notices)
+    try:
+        return _open_manager(view, ocp.CheckpointManagerOptions(read_only=True))
+    finally:
+        absl.removeFilter(notices)
+
+
+def _fresh_steps(manager: ocp.CheckpointManager) -> list[int]:
+    # The manager caches the step list when it opens; another process may have saved since.
+    manager.reload()
+    return sorted(manager.all_steps())
+
+
+def _restore_step(
+    manager: ocp.CheckpointManager, step: int, targets: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    args = {name: ocp.args.StandardRestore(target) for name, target in targets.items()}
+    out = manager.restore(step, args=ocp.args.Composite(**args, meta=ocp.args.JsonRestore()))
+    return {name: out[name] for name in targets}, dict(out["meta"])
 
 
 def _check_item_names(items: Mapping[str, Any]) -> None:
