@@ -165,9 +165,7 @@ class Checkpointer:
         self._manager.close()
 
 
-def _open_manager(
-    directory: Path, options: ocp.CheckpointManagerOptions
-) -> ocp.CheckpointManager:
+def _open_manager(directory: Path, options: ocp.CheckpointManagerOptions) -> ocp.CheckpointManager:
     # Opening lists the steps and stats each one; a live run can delete one in between.
     for _ in range(_ROTATION_RETRIES - 1):
         try:
