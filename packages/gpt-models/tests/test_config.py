@@ -47,6 +47,9 @@ def test_config_show_lists_every_key_with_its_value_and_meaning(capsys):
     }
     assert set(shown) == expected and len(expected) >= 45
     assert all(len(meaning) > 10 for _, meaning in shown.values())
+    # Each meaning is whole: docstring entries that wrap onto a second line are joined.
+    assert all(meaning.endswith((".", ")")) for _, meaning in shown.values()), shown
+    assert shown["data.tokenizer"][1].endswith("model.vocab_size follows the tokenizer.")
     assert shown["train.steps"] == ("300", "optimizer steps of the whole run.")
     assert shown["model.mlp"][0] == '"relu2"'
 

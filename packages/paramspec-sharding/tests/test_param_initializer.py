@@ -49,8 +49,8 @@ class MLP(ps.ParamInitializer):
 
 
 @pytest.fixture(scope="module")
-def mesh():
-    return ps.make_mesh((2, 4), ("data", "model"))
+def mesh(device_grid):
+    return ps.make_mesh(device_grid, ("data", "model"))
 
 
 def test_param_specs_returns_the_same_class_filled_with_specs():

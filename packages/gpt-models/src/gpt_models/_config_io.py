@@ -288,7 +288,11 @@ def key_meanings() -> dict[str, str]:
     for section, value in _sections(Config()).items():
         doc = inspect.getdoc(type(value)) or ""
         listed = doc.partition("Attributes:\n")[2]
+        name = ""
         for line in itertools.takewhile(lambda x: x.startswith("    "), listed.splitlines()):
+            if line.startswith("     ") and name:  # a continuation line of the entry above
+                out[f"{section}.{name}"] += " " + line.strip()
+                continue
             name, _, meaning = line.strip().partition(": ")
             out[f"{section}.{name}"] = meaning
     return {key: out.get(key, "") for key in valid_keys()}
