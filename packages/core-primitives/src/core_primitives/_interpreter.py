@@ -52,7 +52,15 @@ class Context:
 
 
 def bind_eqn(eqn: Any, invals: Sequence[Any]) -> list[Any]:
-    """Bind ``eqn``'s primitive on ``invals`` with its params, as the original trace did."""
+    """Bind ``eqn``'s primitive on ``invals`` with its params, as the original trace did.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from core_primitives import bind_eqn
+        >>> (eqn,) = jax.make_jaxpr(lambda x: x * 2.0)(1.0).eqns
+        >>> bind_eqn(eqn, [jnp.float32(3.0), jnp.float32(2.0)])
+        [Array(6., dtype=float32)]
+    """
     with compat.eqn_context(eqn):
         outs = compat.bind(eqn.primitive, invals, eqn.params)
     return list(outs) if eqn.primitive.multiple_results else [outs]

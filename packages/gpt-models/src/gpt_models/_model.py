@@ -38,7 +38,13 @@ _REMAT_POLICIES = {
 
 
 def compute_dtype(cfg: ModelConfig) -> Any:
-    """``model.dtype`` resolved: ``auto`` is bfloat16 on GPU/TPU and float32 on CPU."""
+    """``model.dtype`` resolved: ``auto`` is bfloat16 on GPU/TPU and float32 on CPU.
+
+    Example:
+        >>> from gpt_models import ModelConfig
+        >>> compute_dtype(ModelConfig(dtype="bfloat16")).name
+        'bfloat16'
+    """
     if cfg.dtype != "auto":
         return jnp.dtype(cfg.dtype)
     return jnp.dtype(jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16)

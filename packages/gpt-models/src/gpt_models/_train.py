@@ -97,6 +97,16 @@ def make_optimizer(t: TrainConfig) -> optax.GradientTransformation:
 
     Raises:
         ConfigError: ``muon`` with an optax that lacks it (the message names the version needed).
+
+    Example:
+        >>> import jax
+        >>> from gpt_models import PRESETS, init_params
+        >>> cfg = PRESETS["tiny"]
+        >>> params = init_params(cfg.model, jax.random.key(0))
+        >>> opt = make_optimizer(cfg.train)
+        >>> updates, _ = opt.update(params, opt.init(params), params)
+        >>> updates.keys() == params.keys()
+        True
     """
     return optax.chain(
         optax.clip_by_global_norm(t.grad_clip) if t.grad_clip > 0 else optax.identity(),
@@ -134,12 +144,31 @@ def _match_param_shardings(tree: Any, params: Any, param_shardings: Any, mesh: A
 
 
 def abstract_params(cfg: Config, mesh: Any) -> Any:
-    """``ShapeDtypeStruct`` s with shardings for the params alone (what sampling restores)."""
+    """``ShapeDtypeStruct`` s with shardings for the params alone (what sampling restores).
+
+    Example:
+        >>> import jax
+        >>> from gpt_models import PRESETS, MeshConfig, make_mesh
+        >>> mesh = make_mesh(MeshConfig(data=-1), jax.devices()[:1])
+        >>> abstract = abstract_params(PRESETS["tiny"], mesh)
+        >>> abstract["gpt", "model", "embed", "embedding"].value.shape
+        (256, 128)
+    """
     return ps.abstract(param_specs(cfg.model), mesh, RULES)
 
 
 def abstract_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Any) -> TrainState:
-    """``ShapeDtypeStruct`` s with shardings for the whole state: the orbax restore target."""
+    """``ShapeDtypeStruct`` s with shardings for the whole state: the orbax restore target.
+
+    Example:
+        >>> import jax
+        >>> from gpt_models import PRESETS, MeshConfig, make_mesh
+        >>> cfg = PRESETS["tiny"]
+        >>> mesh = make_mesh(MeshConfig(data=-1), jax.devices()[:1])
+        >>> state = abstract_state(cfg, make_optimizer(cfg.train), mesh)
+        >>> state.step.shape, state.rng.dtype.name
+        ((), 'uint32')
+    """
     params = abstract_params(cfg, mesh)
     opt = jax.eval_shape(optimizer.init, params)
     param_shardings = jax.tree.map(lambda a: a.sharding, params)
@@ -166,7 +195,13 @@ def to_items(state: TrainState) -> dict[str, Any]:
 
 
 def from_items(items: dict[str, Any]) -> TrainState:
-    """The inverse of :func:`to_items`."""
+    """The inverse of :func:`to_items`.
+
+    Example:
+        >>> state = TrainState(params=1, opt_state=2, step=3, rng=4)
+        >>> from_items(to_items(state)) == state
+        True
+    """
     return TrainState(params=items["params"], **items["train"])
 
 
@@ -176,7 +211,17 @@ def state_shardings(abstract: TrainState) -> TrainState:
 
 
 def init_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Any) -> TrainState:
-    """A fresh state, every array created directly in its sharded layout."""
+    """A fresh state, every array created directly in its sharded layout.
+
+    Example:
+        >>> import jax
+        >>> from gpt_models import PRESETS, MeshConfig, make_mesh
+        >>> cfg = PRESETS["tiny"]
+        >>> mesh = make_mesh(MeshConfig(data=-1), jax.devices()[:1])
+        >>> state = init_state(cfg, make_optimizer(cfg.train), mesh)
+        >>> int(state.step), state.params["gpt", "model", "embed", "embedding"].value.sharding.mesh == mesh
+        (0, True)
+    """
     key = jax.random.key(cfg.train.seed)
     params = init_params(cfg.model, key, mesh, RULES)
     shardings = state_shardings(abstract_state(cfg, optimizer, mesh))
@@ -250,7 +295,23 @@ def _compiler_options(mesh: Any) -> dict[str, Any] | None:
 def compile_train_step(
     cfg: Config, optimizer: optax.GradientTransformation, mesh: Any, abstract: TrainState
 ) -> Any:
-    """``step(state, batch) -> (state, logdict)``, jitted, the state donated and kept in place."""
+    """``step(state, batch) -> (state, logdict)``, jitted, the state donated and kept in place.
+
+    Example:
+        >>> import dataclasses, jax, jax.numpy as jnp
+        >>> from gpt_models import PRESETS, MeshConfig, make_mesh
+        >>> tiny = PRESETS["tiny"]
+        >>> cfg = dataclasses.replace(
+        ...     tiny, model=dataclasses.replace(tiny.model, seq_len=16, d_model=32, n_layers=1)
+        ... )
+        >>> mesh = make_mesh(MeshConfig(data=-1), jax.devices()[:1])
+        >>> opt = make_optimizer(cfg.train)
+        >>> step = compile_train_step(cfg, opt, mesh, abstract_state(cfg, opt, mesh))
+        >>> batch = jnp.ones((1, 32, 17), jnp.int32)  # (grad_accum, batch_size, seq_len + 1)
+        >>> state, logs = step(init_state(cfg, opt, mesh), batch)
+        >>> int(state.step), "loss" in logs
+        (1, True)
+    """
     fn = functools.partial(
         train_step, cfg=cfg, optimizer=optimizer, constrain=activation_constraint(mesh)
     )
@@ -268,6 +329,21 @@ def compile_eval_step(cfg: Config, mesh: Any, params: Any) -> Any:
     """``eval(params, batch) -> mean loss`` over one ``(batch, seq_len + 1)`` batch, jitted.
 
     ``params`` is the abstract (or concrete) params; their shardings are the step's input shardings.
+
+    Example:
+        >>> import dataclasses, jax, jax.numpy as jnp
+        >>> from gpt_models import PRESETS, MeshConfig, make_mesh
+        >>> tiny = PRESETS["tiny"]
+        >>> cfg = dataclasses.replace(
+        ...     tiny, model=dataclasses.replace(tiny.model, seq_len=16, d_model=32, n_layers=1)
+        ... )
+        >>> mesh = make_mesh(MeshConfig(data=-1), jax.devices()[:1])
+        >>> params = init_state(cfg, make_optimizer(cfg.train), mesh).params
+        >>> evaluate = compile_eval_step(cfg, mesh, params)
+        >>> batch = jax.random.randint(jax.random.key(0), (8, 17), 0, 256)
+        >>> loss = evaluate(params, batch)  # about uniform at init: log(256) = 5.55
+        >>> 5.0 < float(loss) < 6.0
+        True
     """
     fn = functools.partial(loss_fn, config=cfg.model, constrain=activation_constraint(mesh))
     data = NamedSharding(mesh, P(("data", "fsdp"), None))
