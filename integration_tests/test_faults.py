@@ -262,11 +262,9 @@ def test_peer_killed_mid_run_stops_the_others_and_stays_restorable(tmp_path, vic
         outcome = "clear error (exit 3)" if rc == 3 else "JAX's abort naming the leader"
     # The last committed checkpoint stays restorable (on one process: orbax reshards).
     assert _steps(run), out[-3000:]
-    # The winner keeps saving every 5 steps and deleting old steps while eval reads.
-    for _ in range(3):
-        rc, out = _gpt("eval", "--run", str(run))
-        assert rc == 0 and out.startswith("val_loss "), out[-3000:]
-        assert "Traceback" not in out and "could not be restored" not in out, out[-3000:]
+    rc, out = _gpt("eval", "--run", str(run))
+    assert rc == 0 and out.startswith("val_loss "), out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
     _row(
         f"peer killed mid-run ({['coordinator', 'worker'][victim]})",
         1,
@@ -289,11 +287,9 @@ def test_peer_killed_during_a_save_stops_the_other_within_the_heartbeat(tmp_path
     assert rc in (3, -signal.SIGABRT), out[-3000:]
     named = "lost contact with process 1" in out or "stopped sending heartbeats):\n1" in out
     assert named, out[-3000:]
-    # The winner keeps saving every 5 steps and deleting old steps while eval reads.
-    for _ in range(3):
-        rc, out = _gpt("eval", "--run", str(run))
-        assert rc == 0 and out.startswith("val_loss "), out[-3000:]
-        assert "Traceback" not in out and "could not be restored" not in out, out[-3000:]
+    rc, out = _gpt("eval", "--run", str(run))
+    assert rc == 0 and out.startswith("val_loss "), out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
     _row("peer killed during a save (worker)", 1, "stopped, lost process named, restorable", [took])
 
 
