@@ -113,16 +113,24 @@ def test_reads_leave_nothing_behind_and_clear_a_dead_readers_view(tmp_path):
     ckpt.wait()
     # A reader reads through a view of hard links in checkpoints/.reading/<host>-<pid>-<id>/,
     # holding a flock on its "held" file; one killed with kill -9 leaves the view behind.
+    # A view is only judged after a minute: its reader may not have locked it yet.
     dead = tmp_path / ".reading" / "host-1-dead"
     (dead / "1").mkdir(parents=True)
     (dead / "held").touch()
+    new = tmp_path / ".reading" / "host-3-new"
+    new.mkdir()
+    (new / "held").touch()
     live = tmp_path / ".reading" / "host-2-live"
     live.mkdir()
     fd = os.open(live / "held", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
+    for view in (dead, live):
+        os.utime(view, (0, 0))
     assert ckpt.restore(_state(0))[2] == 1
-    assert not dead.exists() and live.exists()
+    assert not dead.exists() and live.exists() and new.exists()
     os.close(fd)  # that reader ends without cleaning up
+    for view in (live, new):
+        os.utime(view, (0, 0))
     assert ckpt.restore(_state(0))[2] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1"]
     ckpt.close()

@@ -9,8 +9,8 @@ copies no data and takes milliseconds.
 
 The view lives in ``checkpoints/.reading/<host>-<pid>-<random>/`` (orbax ignores the name) and is
 removed when the read ends. A
-reader killed with ``kill -9`` leaves its view behind; the next reader removes it, recognising it
-by the ``flock`` that the kernel dropped when its owner died.
+reader killed with ``kill -9`` leaves its view behind; a later reader removes it once it is a
+minute old, recognising it by the ``flock`` that the kernel dropped when its owner died.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 READING_DIR = ".reading"
 _HELD = "held"
+_GRACE_S = 60.0
 
 
 @contextlib.contextmanager
@@ -84,10 +86,12 @@ def _link_tree(src: Path, dst: Path) -> None:
 
 def _remove_abandoned_views(root: Path) -> None:
     # A view whose "held" file can be locked has no live reader (the kernel drops a dead
-    # process's flock); a view without that file is either being created right now or abandoned
-    # before it was written, so it is left alone.
+    # process's flock). A view younger than a minute is left alone: its reader may be between
+    # creating the file and locking it (processes of one run resume at the same moment).
     for view in root.iterdir():
         try:
+            if time.time() - view.stat().st_mtime < _GRACE_S:
+                continue
             fd = os.open(view / _HELD, os.O_RDWR | os.O_CLOEXEC)
         except OSError:
             continue
