@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import jax
 import orbax.checkpoint as ocp
 
 from ._errors import UsageError
@@ -99,7 +101,7 @@ class Checkpointer:
         rounds = 1 if step is not None else _ROTATION_RETRIES
         for _ in range(rounds):
             before = _fresh_steps(self._manager)
-            with stable_view(self.directory) as view:
+            with _reading_view(self.directory) as view:
                 if view == self.directory:
                     got = self._try_newest(self._manager, targets, step, before, errors)
                 else:
@@ -163,6 +165,15 @@ class Checkpointer:
         """Wait for pending writes and release the manager's threads."""
         self._manager.wait_until_finished()
         self._manager.close()
+
+
+def _reading_view(directory: Path) -> contextlib.AbstractContextManager[Path]:
+    # A multi-process job restores only when it resumes, holding the run lock, so no one else
+    # writes; and orbax's collective barriers need every process to open the same managers in
+    # the same order. It reads in place.
+    if jax.process_count() > 1:
+        return contextlib.nullcontext(directory)
+    return stable_view(directory)
 
 
 def _open_manager(directory: Path, options: ocp.CheckpointManagerOptions) -> ocp.CheckpointManager:
