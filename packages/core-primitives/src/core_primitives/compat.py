@@ -459,7 +459,7 @@ import functools  # noqa: E402
 import threading  # noqa: E402
 
 try:
-    from jax._src.random import threefry2x32 as _threefry
+    from jax._src.random import threefry2x32 as _threefry  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - JAX 0.7.2 .. 0.9
     from jax._src import prng as _threefry  # type: ignore[no-redef,attr-defined]
 

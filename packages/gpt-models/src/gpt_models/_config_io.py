@@ -284,7 +284,7 @@ def key_meanings() -> dict[str, str]:
         >>> key_meanings()["train.steps"]
         'optimizer steps of the whole run.'
     """
-    out = {}
+    out: dict[str, str] = {}
     for section, value in _sections(Config()).items():
         doc = inspect.getdoc(type(value)) or ""
         listed = doc.partition("Attributes:\n")[2]

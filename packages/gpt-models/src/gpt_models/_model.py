@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -25,7 +26,7 @@ Array = jax.Array
 
 RESIDUAL = ("batch", "seq", "act_embed")
 
-_MLP_ACTIVATIONS = {
+_MLP_ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "gelu": jax.nn.gelu,
     "relu2": lambda x: jnp.square(jax.nn.relu(x)),
     "swiglu": jax.nn.silu,  # gated: silu(gate(x)) * up(x)
