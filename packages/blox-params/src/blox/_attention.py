@@ -60,6 +60,10 @@ class MultiHeadAttention(Module):
     ``mask == 0``. ``causal=True`` lets query ``t`` see keys up to
     ``t + S - T`` (queries aligned to the end of the keys, as when decoding with a cache).
 
+    Keyword arguments passed on as in the base layer:
+
+    - ``dtype``, ``param_dtype``: mixed precision; the softmax always runs in float32.
+
     Args:
         graph: the node to bind to.
         num_heads: query heads.
@@ -81,7 +85,6 @@ class MultiHeadAttention(Module):
         metadata: per-parameter metadata, keyed by parameter name (``query``, ``key``, ``value``,
             ``out``, their ``*_bias``, and ``query_norm``/``key_norm`` for the QK-norm scales),
             e.g. ``{'query': {'logical_axes': ('embed', 'heads', 'head_dim')}}`` for paramspec.
-        dtype, param_dtype: mixed precision; the softmax always runs in float32.
 
     Params: ``query (D, H, hd)``, ``key (Dkv, KVH, hd)``, ``value (Dkv, KVH, hd)``,
     ``out (H, hd, output_size)``; with ``qk_norm`` also ``query_norm/scale`` and

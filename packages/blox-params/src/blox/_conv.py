@@ -124,18 +124,21 @@ class Conv(_ConvBase):
     (exactly one batch axis).
     The kernel has shape ``(*kernel_size, in // feature_group_count, output_channels)``.
 
+    Keyword arguments passed on as in the base layer:
+
+    - ``rng``: draws the init key.
+    - ``strides``: int or per-dim.
+    - ``padding``: ``'SAME'``, ``'VALID'``, an int, or ``[(lo, hi), ...]`` per dim.
+    - ``kernel_dilation``: int or per-dim (``rhs_dilation``, atrous convolution).
+    - ``use_bias``, ``kernel_init``, ``bias_init``, ``kernel_metadata``, ``bias_metadata``,
+      ``dtype``, ``param_dtype``: as in ``Linear``.
+
     Args:
         graph: the node to bind to.
         output_channels: output features.
         kernel_size: an int (same in every spatial dim) or one int per spatial dim.
-        rng: draws the init key.
-        strides: int or per-dim.
-        padding: ``'SAME'``, ``'VALID'``, an int, or ``[(lo, hi), ...]`` per dim.
         input_dilation: int or per-dim (``lhs_dilation``).
-        kernel_dilation: int or per-dim (``rhs_dilation``, atrous convolution).
         feature_group_count: grouped / depthwise convolutions.
-        use_bias, kernel_init, bias_init, kernel_metadata, bias_metadata, dtype, param_dtype:
-            as in ``Linear``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -206,10 +209,12 @@ class ConvTranspose(_ConvBase):
     the input channels; jax-blox and Haiku store ``(*kernel_size, output_channels, in)``
     (port such a kernel with ``jnp.swapaxes(kernel, -1, -2)``).
 
-    Args:
-        graph, output_channels, kernel_size, rng, strides, padding, kernel_dilation, use_bias,
-            kernel_init, bias_init, kernel_metadata, bias_metadata, dtype, param_dtype: as in
-            ``Conv``.
+    Keyword arguments passed on as in the base layer:
+
+    - ``graph``, ``output_channels``, ``kernel_size``, ``rng``, ``strides``, ``padding``,
+      ``kernel_dilation``, ``use_bias``, ``kernel_init``, ``bias_init``, ``kernel_metadata``,
+      ``bias_metadata``, ``dtype``, ``param_dtype``: as in ``Conv``.
+
 
     Example:
         >>> import jax.numpy as jnp

@@ -141,13 +141,17 @@ class LayerNorm(_AffineNorm):
     numbers of features. At init (unlocked params) outside such an axis the averaging is skipped,
     as in ``BatchNorm``.
 
+    Keyword arguments passed on as in the base layer:
+
+    - ``use_scale``, ``use_bias``, ``scale_init``, ``bias_init``, ``scale_metadata``,
+      ``bias_metadata``, ``dtype``, ``param_dtype``: the learnt affine part and mixed
+      precision.
+
     Args:
         graph: the node to bind to.
         axis: int or tuple of ints to normalise over; scale and bias have those axes' shape.
         eps: added to the variance.
         axis_name: named axis to average the statistics over.
-        use_scale, use_bias, scale_init, bias_init, scale_metadata, bias_metadata, dtype,
-            param_dtype: the learnt affine part and mixed precision.
 
     Example:
         >>> import jax.numpy as jnp
@@ -188,13 +192,16 @@ class LayerNorm(_AffineNorm):
 class RMSNorm(_AffineNorm):
     """Divide by the root mean square over ``axis`` (no centring), then scale.
 
+    Keyword arguments passed on as in the base layer:
+
+    - ``use_scale``, ``scale_init``, ``scale_metadata``, ``dtype``, ``param_dtype``: as in
+      ``LayerNorm`` (no bias by default; ``use_bias=True`` adds one).
+
     Args:
         graph: the node to bind to.
         axis: int or tuple of ints.
         eps: added to the mean square.
         axis_name: named axis to average the mean square over, as in ``LayerNorm``.
-        use_scale, scale_init, scale_metadata, dtype, param_dtype: as in ``LayerNorm``
-            (no bias by default; ``use_bias=True`` adds one).
 
     Example:
         >>> import jax.numpy as jnp
@@ -239,13 +246,16 @@ class BatchNorm(_AffineNorm):
     data-parallel replicas agree; at init (unlocked params) outside such an axis the averaging is
     skipped, so the same module initialises on a single example.
 
+    Keyword arguments passed on as in the base layer:
+
+    - ``use_scale``, ``use_bias``, ``scale_init``, ``bias_init``, ``scale_metadata``,
+      ``bias_metadata``, ``dtype``, ``param_dtype``: the affine part and mixed precision.
+
     Args:
         graph: the node to bind to.
         momentum: running-average decay.
         eps: added to the variance.
         axis_name: named axis to average batch statistics over.
-        use_scale, use_bias, scale_init, bias_init, scale_metadata, bias_metadata, dtype,
-            param_dtype: the affine part and mixed precision.
 
     Example:
         >>> import jax.numpy as jnp
@@ -308,12 +318,16 @@ class GroupNorm(_AffineNorm):
     Statistics reduce over every axis except the first (batch) and over the channels of each
     group; for a single unbatched example add a leading axis (``x[None]``).
 
+    Keyword arguments passed on as in the base layer:
+
+    - ``use_scale``, ``use_bias``, ``scale_init``, ``bias_init``, ``scale_metadata``,
+      ``bias_metadata``, ``dtype``, ``param_dtype``: the per-channel affine part and mixed
+      precision.
+
     Args:
         graph: the node to bind to.
         num_groups: the channel count must be divisible by it.
         eps: added to the variance.
-        use_scale, use_bias, scale_init, bias_init, scale_metadata, bias_metadata, dtype,
-            param_dtype: the per-channel affine part and mixed precision.
 
     Example:
         >>> import jax.numpy as jnp

@@ -213,6 +213,10 @@ class LSTM(_Recurrent):
     As in Haiku, 1 is added to the forget gate's pre-activation (on top of ``bias``), so a
     fresh cell starts out remembering; keep that in mind when porting weights from PyTorch.
 
+    Keyword arguments passed on as in the base layer:
+
+    - ``dtype``, ``param_dtype``: mixed precision.
+
     Args:
         graph: the node to bind to.
         hidden_size: features of the hidden and cell states.
@@ -220,7 +224,6 @@ class LSTM(_Recurrent):
         is_static: Python loop (``True``) or ``lax.scan`` (``False``).
         kernel_init: input kernel init (LeCun normal); recurrent_init: orthogonal;
             bias_init: zeros.
-        dtype, param_dtype: mixed precision.
 
     Example:
         >>> import jax.numpy as jnp

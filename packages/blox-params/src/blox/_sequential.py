@@ -102,6 +102,10 @@ class MLP(Module):
     ``gate_i`` of the same size and computes ``activation(gate_i(x)) * linear_i(x)`` (a GLU;
     ``activation=jax.nn.silu`` is SwiGLU).
 
+    Keyword arguments passed on as in the base layer:
+
+    - ``use_bias``, ``bias_init``, ``dtype``, ``param_dtype``: passed to every ``Linear``.
+
     Args:
         graph: the node to bind to.
         output_sizes: features of each layer, e.g. ``[128, 128, 10]``.
@@ -111,7 +115,6 @@ class MLP(Module):
         activate_final: see above.
         dropout_rate: dropout after each hidden activation (``None``: none).
         gated: gated linear units (see above).
-        use_bias, bias_init, dtype, param_dtype: passed to every ``Linear``.
         kernel_init: one initializer for every layer, or a sequence with one per layer (a
             gate uses its layer's).
         kernel_metadata: one metadata mapping for every kernel, or a sequence with one per

@@ -110,7 +110,7 @@ def train(
         ... )
         >>> result = train(cfg, tempfile.mkdtemp() + "/run", stream=io.StringIO())
         >>> result.step, sorted(p.name for p in result.run_dir.iterdir())
-        (2, ['checkpoints', 'config.toml', 'loss.png', 'metrics', 'sample.txt'])
+        (2, ['checkpoints', 'config.toml', 'loss.png', 'metrics', 'metrics.csv', 'sample.txt'])
     """
     stream = stream or sys.stderr
     cfg, note = fit_warmup(cfg)
