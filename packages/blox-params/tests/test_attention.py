@@ -68,6 +68,34 @@ def test_bad_mask_shape_explains_padding_layout():
         mha(params, jnp.ones((2, 5, 8)), mask=jnp.ones((2, 5), bool))
 
 
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+@pytest.mark.parametrize("per_head", [True, False])
+def test_user_mask_with_grouped_heads_and_causal(kv_heads, per_head):
+    # A per-head mask is split over the KV groups; a head-shared one is broadcast, never copied.
+    mha, params = _mha(num_heads=4, head_dim=3, num_kv_heads=kv_heads)
+    x = jax.random.normal(jax.random.key(1), (2, 5, 6))
+    shape = (2, 4, 5, 5) if per_head else (2, 1, 1, 5)
+    user = jax.random.bernoulli(jax.random.key(3), 0.7, shape).at[..., 0].set(True)
+    y, params = mha(params, x, mask=user, causal=True)
+    mask = np.asarray(user) & np.tril(np.ones((5, 5), bool))
+    ref = _reference(params, np.asarray(x), np.asarray(x), mask, 4, kv_heads)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_mask_that_would_add_batch_axes_is_refused():
+    mha, params = _mha(num_heads=2, head_dim=4)
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 2, 2, 5, 5\) does not broadcast"):
+        mha(params, jnp.ones((2, 5, 8)), mask=jnp.ones((3, 2, 2, 5, 5), bool))
+
+
+def test_several_leading_batch_axes_equal_one_flattened_axis():
+    mha, params = _mha(num_heads=2, head_dim=4)
+    x = jax.random.normal(jax.random.key(1), (2, 3, 5, 8))
+    y, params = mha(params, x, causal=True)
+    flat, _ = mha(params, x.reshape(6, 5, 8), causal=True)
+    np.testing.assert_allclose(y, flat.reshape(y.shape), rtol=1e-6)
+
+
 def test_head_config_errors():
     with pytest.raises(ValueError, match=r"num_heads=4 must be .* of num_kv_heads=3"):
         _mha(num_heads=4, head_dim=2, num_kv_heads=3)
