@@ -24,6 +24,7 @@ import numpy as np
 
 from gpt_models import (
     PRESETS,
+    Config,
     MeshConfig,
     abstract_state,
     compile_train_step,
@@ -34,6 +35,18 @@ from gpt_models import (
 )
 
 SHAPES = {"tiny": (128, 4, 4, 128, 32), "~10M": (384, 6, 6, 256, 16)}
+
+
+def peer_config(shape: str) -> Config:
+    """Our config of the peer architecture at one of ``SHAPES`` (pre-LayerNorm, GELU MLP, learned
+    positions, tied embeddings, float32, one device)."""
+    d, L, H, T, B = SHAPES[shape]
+    base = PRESETS["tiny"]
+    model = dataclasses.replace(base.model, vocab_size=256, d_model=d, n_layers=L, n_heads=H,
+                                seq_len=T, d_ff=4 * d, mlp="gelu", norm="layernorm", pos="learned",
+                                qk_norm=False, tie_embeddings=True, dtype="float32")  # fmt: skip
+    train = dataclasses.replace(base.train, batch_size=B, grad_accum=1)
+    return dataclasses.replace(base, model=model, mesh=MeshConfig(1, 1, 1), train=train)
 
 
 def _timed(fn, *args):
@@ -49,12 +62,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     args = p.parse_args()
     d, L, H, T, B = SHAPES[args.shape]
-    base = PRESETS["tiny"]
-    model = dataclasses.replace(base.model, d_model=d, n_layers=L, n_heads=H, seq_len=T,
-                                d_ff=4 * d, mlp="gelu", norm="layernorm", pos="learned",
-                                qk_norm=False, dtype="float32")  # fmt: skip
-    cfg = dataclasses.replace(base, model=model, mesh=MeshConfig(1, 1, 1),
-                              train=dataclasses.replace(base.train, batch_size=B))  # fmt: skip
+    cfg = peer_config(args.shape)
+    model = cfg.model
     mesh = make_mesh(cfg.mesh, jax.devices()[:1])
     opt = make_optimizer(cfg.train)
     step = compile_train_step(cfg, opt, mesh, abstract_state(cfg, opt, mesh))

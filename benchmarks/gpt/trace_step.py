@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import glob
 import gzip
 import json
@@ -24,10 +23,9 @@ import tempfile
 
 import jax
 import numpy as np
+from profile_step import SHAPES, peer_config
 
 from gpt_models import (
-    PRESETS,
-    MeshConfig,
     abstract_state,
     compile_train_step,
     init_state,
@@ -35,20 +33,7 @@ from gpt_models import (
     make_optimizer,
 )
 
-SHAPES = {"tiny": (128, 4, 4, 128, 32), "~10M": (384, 6, 6, 256, 16)}  # d, L, H, T, B
 _HOST = ("ThunkExecutor", "$", "SlinkyThreadPool", "PjitFunction", "CommonPjRt")
-
-
-def _config(shape: str):
-    d, L, H, T, B = SHAPES[shape]
-    base = PRESETS["tiny"]
-    model = dataclasses.replace(
-        base.model, vocab_size=256, d_model=d, n_layers=L, n_heads=H, seq_len=T, d_ff=4 * d,
-        mlp="gelu", norm="layernorm", pos="learned", qk_norm=False, tie_embeddings=True,
-        dtype="float32",
-    )  # fmt: skip
-    train = dataclasses.replace(base.train, batch_size=B, grad_accum=1)
-    return dataclasses.replace(base, model=model, train=train, mesh=MeshConfig(1, 1, 1))
 
 
 def _kernel_info(hlo_text: str) -> dict[str, tuple[str, str]]:
@@ -67,7 +52,7 @@ def main() -> None:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--keep", default=None, help="folder for the trace (default: a temp folder)")
     args = p.parse_args()
-    cfg = _config(args.shape)
+    cfg = peer_config(args.shape)
     mesh = make_mesh(cfg.mesh, jax.devices()[:1])
     opt = make_optimizer(cfg.train)
     step = compile_train_step(cfg, opt, mesh, abstract_state(cfg, opt, mesh))
