@@ -10,7 +10,7 @@ TINY_SHAPES = [
     "--set", "model.seq_len=32", "--set", "train.batch_size=8", "--set", "train.grad_accum=1",
     "--set", "train.steps=4", "--set", "train.warmup_steps=1", "--set", "train.eval_every=2",
     "--set", "train.eval_batches=1", "--set", "train.checkpoint_every=2",
-    "--set", "sample.max_new_tokens=8", "--set", "mesh.data=8",
+    "--set", "sample.max_new_tokens=8",  # mesh: data-parallel over the devices present
 ]  # fmt: skip
 GREEDY = ["--prompt", "def ", "--max-new-tokens", "8", "--temperature", "0"]
 
