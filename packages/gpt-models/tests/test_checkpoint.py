@@ -79,6 +79,41 @@ def test_a_step_rotated_away_mid_read_is_not_damage(tmp_path, monkeypatch, recwa
     reader.close()
 
 
+def test_a_step_deleted_while_the_steps_are_listed_is_listed_again(tmp_path, monkeypatch):
+    # The CI race: orbax lists step N, the live run deletes it (keep-N), orbax stats it.
+    import orbax.checkpoint as ocp
+
+    writer = Checkpointer(tmp_path, keep=2)
+    writer.save(1, _state(1), {"step": 1})
+    writer.wait()
+    reader = Checkpointer(tmp_path, keep=2)
+    real_reload = ocp.CheckpointManager.reload
+    calls = []
+
+    def reload_racing_a_rotation(self):
+        calls.append(1)
+        if len(calls) == 1:
+            raise FileNotFoundError(f"[Errno 2] No such file or directory: '{tmp_path / '0'}'")
+        return real_reload(self)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "reload", reload_racing_a_rotation)
+    state, _, step = reader.restore(_state(0))
+    assert step == 1 and float(state["state"]["w"][0]) == 1.0 and len(calls) >= 2
+
+    def reload_always_racing(self):
+        raise FileNotFoundError(f"[Errno 2] No such file or directory: '{tmp_path / '0'}'")
+
+    monkeypatch.setattr(ocp.CheckpointManager, "reload", reload_always_racing)
+    with pytest.raises(
+        UsageError,
+        match=r"Could not list the checkpoints in .*: the run writing them deleted a step while it "
+        r"was listed, 5 times in a row .*raise train.checkpoint_every",
+    ):
+        reader.restore(_state(0))
+    writer.close()
+    reader.close()
+
+
 def test_a_run_rotating_faster_than_a_reader_is_a_clear_error(tmp_path, monkeypatch):
     import orbax.checkpoint as ocp
 

@@ -207,9 +207,20 @@ def _open_reader(view: Path) -> ocp.CheckpointManager:
 
 
 def _fresh_steps(manager: ocp.CheckpointManager) -> list[int]:
-    # The manager caches the step list when it opens; another process may have saved since.
-    manager.reload()
-    return sorted(manager.all_steps())
+    # The manager caches the step list when it opens; another process may have saved since. A live
+    # run may delete a step (keep-N) between orbax listing it and reading its commit time: the
+    # listing raced a rotation, not damage, so it is taken again.
+    for _ in range(_ROTATION_RETRIES):
+        try:
+            manager.reload()
+            return sorted(manager.all_steps())
+        except FileNotFoundError as err:
+            gone = err
+    raise UsageError(
+        f"Could not list the checkpoints in {manager.directory}: the run writing them deleted a "
+        f"step while it was listed, {_ROTATION_RETRIES} times in a row ({gone}). Try again, or "
+        "raise train.checkpoint_every so that the run saves less often."
+    )
 
 
 def _restore_step(
