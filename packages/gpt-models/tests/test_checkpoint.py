@@ -52,13 +52,22 @@ def test_reader_sees_steps_saved_after_it_opened(tmp_path):
     reader.close()
 
 
-def test_a_step_rotated_away_mid_read_is_not_damage(tmp_path, monkeypatch, recwarn):
-    import orbax.checkpoint as ocp
-
+@pytest.fixture
+def live_run(tmp_path):
+    """A run's writer holding step 1 (keeping one step) and a second process's reader of it."""
     writer = Checkpointer(tmp_path, keep=1)
     writer.save(1, _state(1), {"step": 1})
     writer.wait()
     reader = Checkpointer(tmp_path, keep=1)
+    yield writer, reader
+    writer.close()
+    reader.close()
+
+
+def test_a_step_rotated_away_mid_read_is_not_damage(tmp_path, live_run, monkeypatch, recwarn):
+    import orbax.checkpoint as ocp
+
+    writer, reader = live_run
     real_restore = ocp.CheckpointManager.restore
     calls = []
 
@@ -75,18 +84,13 @@ def test_a_step_rotated_away_mid_read_is_not_damage(tmp_path, monkeypatch, recwa
     state, _, step = reader.restore(_state(0))
     assert calls == [1, 2] and step == 2 and float(state["state"]["w"][0]) == 2.0
     assert not [w for w in recwarn if issubclass(w.category, CheckpointWarning)]
-    writer.close()
-    reader.close()
 
 
-def test_a_step_deleted_while_the_steps_are_listed_is_listed_again(tmp_path, monkeypatch):
+def test_a_step_deleted_while_the_steps_are_listed_is_listed_again(tmp_path, live_run, monkeypatch):
     # The CI race: orbax lists step N, the live run deletes it (keep-N), orbax stats it.
     import orbax.checkpoint as ocp
 
-    writer = Checkpointer(tmp_path, keep=2)
-    writer.save(1, _state(1), {"step": 1})
-    writer.wait()
-    reader = Checkpointer(tmp_path, keep=2)
+    writer, reader = live_run
     real_reload = ocp.CheckpointManager.reload
     calls = []
 
@@ -110,17 +114,12 @@ def test_a_step_deleted_while_the_steps_are_listed_is_listed_again(tmp_path, mon
         r"was listed, 5 times in a row .*raise train.checkpoint_every",
     ):
         reader.restore(_state(0))
-    writer.close()
-    reader.close()
 
 
-def test_a_run_rotating_faster_than_a_reader_is_a_clear_error(tmp_path, monkeypatch):
+def test_a_run_rotating_faster_than_a_reader_is_a_clear_error(tmp_path, live_run, monkeypatch):
     import orbax.checkpoint as ocp
 
-    writer = Checkpointer(tmp_path, keep=1)
-    writer.save(1, _state(1), {"step": 1})
-    writer.wait()
-    reader = Checkpointer(tmp_path, keep=1)
+    writer, reader = live_run
 
     def every_read_loses_the_race(self, step, *args, **kwargs):
         writer.save(step + 1, _state(step + 1), {"step": step + 1})
@@ -135,8 +134,6 @@ def test_a_run_rotating_faster_than_a_reader_is_a_clear_error(tmp_path, monkeypa
     ):
         reader.restore(_state(0))
     monkeypatch.undo()
-    writer.close()
-    reader.close()
 
 
 def test_reads_leave_nothing_behind_and_clear_a_dead_readers_view(tmp_path):
