@@ -21,6 +21,10 @@ _cores = sorted(os.sched_getaffinity(0))
 if ARGS.threads < len(_cores):  # as jax_gpt.py: narrow XLA's CPU pool before it starts
     os.sched_setaffinity(0, _cores[: ARGS.threads])
 
+import gpt_models  # noqa: E402
+
+gpt_models.tune_host_allocator()  # as `gpt train` does on CPU: before JAX starts, ...
+
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -84,6 +88,7 @@ def main(args):
     state, logs = step_fn(state, common.sample_windows(train, rng, args.batch, args.ctx)[None])
     float(logs["loss"][0])
     first_step_s = time.perf_counter() - t0
+    gpt_models.keep_host_memory()  # ... and once the step is compiled
     clock, losses, durations, foreign = common.Clock(), [], [], []
     probe = common.LoadProbe()
     clock.start()

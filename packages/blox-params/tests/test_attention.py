@@ -193,3 +193,48 @@ def test_out_init_initialises_the_output_projection():
     y, params = mha(params, jnp.ones((1, 3, 8)))
     assert float(jnp.abs(params[("net", "attn", "out")].value).max()) == 0.0
     assert float(jnp.abs(y).max()) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kv_heads", "mask", "T", "S"),
+    [
+        (4, "none", 7, 7),
+        (2, "per_head", 7, 7),
+        (4, "padding", 5, 8),
+        (2, "none", 5, 8),
+        (4, "per_head", 6, 4),
+        (2, "padding", 6, 4),
+    ],
+)
+def test_causal_blocks_equal_one_block_in_values_and_gradients(kv_heads, mask, T, S):
+    # Blocks of 3 query rows: 7 rows -> 3 + 3 + 1; queries aligned to the end of longer keys;
+    # more queries than keys (the first rows see no key) falls back to one block.
+    mha, params = _mha(num_heads=4, head_dim=3, num_kv_heads=kv_heads, causal_block=3)
+    one, _ = _mha(num_heads=4, head_dim=3, num_kv_heads=kv_heads, causal_block=64)
+    x = jax.random.normal(jax.random.key(1), (2, T, 6))
+    kv = jax.random.normal(jax.random.key(2), (2, S, 6))
+    user = {
+        "none": None,
+        "per_head": jax.random.bernoulli(jax.random.key(3), 0.7, (2, 4, T, S)).at[..., 0].set(True),
+        "padding": jnp.arange(S)[None, None, None, :] < jnp.array([S, S - 2])[:, None, None, None],
+    }[mask]
+    _, params = mha(params, x, kv=kv, causal=True)  # initialised once, used by both
+
+    def loss(module, params, x, kv):
+        y, _ = module(params, x, kv=kv, mask=user, causal=True)
+        return jnp.sum(jnp.sin(y)), y
+
+    (_, y), grads = jax.value_and_grad(loss, argnums=(2, 3), has_aux=True)(mha, params, x, kv)
+    (_, y1), grads1 = jax.value_and_grad(loss, argnums=(2, 3), has_aux=True)(one, params, x, kv)
+    np.testing.assert_allclose(y, y1, rtol=1e-5, atol=1e-6)
+    for g, g1 in zip(grads, grads1):
+        np.testing.assert_allclose(g, g1, rtol=1e-5, atol=1e-6)
+    tri = np.arange(T)[:, None] + (S - T) >= np.arange(S)[None, :]
+    full = tri if user is None else np.asarray(user) & tri
+    ref = _reference(params, np.asarray(x), np.asarray(kv), full, 4, kv_heads)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_causal_block_must_be_a_positive_int():
+    with pytest.raises(ValueError, match=r"causal_block must be a positive int, got 0\."):
+        _mha(num_heads=2, head_dim=2, causal_block=0)

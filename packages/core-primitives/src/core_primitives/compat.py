@@ -521,3 +521,13 @@ def xla_cpu_xnn_fusion_supported() -> bool:
 
     major, minor = (int(p) for p in jaxlib.__version__.split(".")[:2])
     return (major, minor) >= (0, 10)
+
+
+def backends_initialized() -> bool:
+    """Whether JAX has started its backends (``jax.devices()`` or a first computation did).
+
+    No public spelling on 0.7.2 .. 0.12 (``jax._src.xla_bridge.backends_are_initialized`` on each).
+    """
+    from jax._src import xla_bridge
+
+    return bool(xla_bridge.backends_are_initialized())

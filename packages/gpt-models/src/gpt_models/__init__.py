@@ -30,6 +30,8 @@ from ._errors import ConfigError as ConfigError
 from ._errors import DataError as DataError
 from ._errors import TrainingDivergedError as TrainingDivergedError
 from ._errors import UsageError as UsageError
+from ._host_memory import keep_host_memory as keep_host_memory
+from ._host_memory import tune_host_allocator as tune_host_allocator
 from ._lock import RunInUseError as RunInUseError
 from ._loop import RunResult as RunResult
 from ._loop import train as train

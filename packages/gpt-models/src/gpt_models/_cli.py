@@ -145,6 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         0
     """
     args = _parser().parse_args(argv)
+    if args.command != "config":
+        from ._host_memory import tune_host_allocator_for_cli
+
+        tune_host_allocator_for_cli()  # before the command starts JAX (see tune_host_allocator)
     from . import _commands
     from ._errors import TrainingDivergedError, UsageError
 

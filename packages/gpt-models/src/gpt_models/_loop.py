@@ -28,6 +28,7 @@ from ._config import Config, fit_warmup
 from ._config_io import dumps
 from ._data import Dataset, load_dataset, train_batch
 from ._errors import ConfigError, TrainingDivergedError, UsageError
+from ._host_memory import keep_host_memory
 from ._inference import Evaluator, sample_text
 from ._lock import run_lock
 from ._logging import check_wandb, make_logger
@@ -274,6 +275,8 @@ class _Loop:
             if step + 1 < steps:
                 batch = self.fetch(step + 1)  # overlaps with the step running on the device
             self.record(step, host_value(logs), state)
+            if step == self.start:  # compiled and run once: from now on reuse its scratch memory
+                keep_host_memory()
             if "signum" in stop:
                 self.save(step + 1, state)
                 raise TrainingInterrupted(stop["signum"], step + 1)

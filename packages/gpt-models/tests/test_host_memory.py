@@ -1,0 +1,85 @@
+"""tune_host_allocator / keep_host_memory: each step's scratch memory is reused, not faulted in anew.
+
+The page-fault checks run in fresh interpreters (the allocator must be set before JAX starts) with a
+jitted gradient whose scratch buffer (200 MB of intermediates) is larger than glibc's per-thread
+heaps, the case of a train step.
+"""
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+import gpt_models
+
+glibc_only = pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+    reason="mallopt tuning exists only with glibc on Linux",
+)
+
+_FAULTS_PER_CALL = """
+import resource, sys
+import gpt_models
+tuned = gpt_models.tune_host_allocator() if sys.argv[1] == "tune" else False
+import jax, jax.numpy as jnp
+x = jnp.ones((32768, 512), jnp.float32) / 512
+w = jnp.eye(512, dtype=jnp.float32)
+f = jax.jit(lambda x, w: jax.grad(lambda x: jnp.tanh(jnp.tanh(x @ w) @ w).sum())(x)[0])
+for _ in range(2):
+    f(x, w).block_until_ready()
+kept = gpt_models.keep_host_memory()
+for _ in range(2):
+    f(x, w).block_until_ready()
+faults = []
+for _ in range(4):  # the fewest of 4 calls: the heap may still grow once while it settles
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    f(x, w).block_until_ready()
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(tuned, kept, min(faults))
+"""
+
+
+def _faults_per_call(mode: str, **env: str) -> tuple[str, str, int]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUN"))}
+    proc = subprocess.run(
+        [sys.executable, "-c", _FAULTS_PER_CALL, mode],
+        env=clean | {"XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"} | env,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    tuned, kept, faults = proc.stdout.split()
+    return tuned, kept, int(faults)
+
+
+@glibc_only
+def test_tuned_allocator_reuses_the_scratch_buffer():
+    tuned, kept, faults = _faults_per_call("tune")
+    assert (tuned, kept) == ("True", "True")
+    assert faults < 2_000  # 200 MB of scratch would be 49,000 fresh 4 KiB pages
+
+
+@glibc_only
+def test_default_allocator_faults_the_scratch_buffer_in_every_call():
+    # What the tuning removes (and what makes the test above able to fail).
+    tuned, kept, faults = _faults_per_call("plain")
+    assert (tuned, kept) == ("False", "False")
+    assert faults > 10_000
+
+
+@glibc_only
+def test_user_malloc_settings_win():
+    tuned, kept, _ = _faults_per_call("tune", MALLOC_ARENA_MAX="4")
+    assert (tuned, kept) == ("False", "False")
+
+
+def test_tuning_after_jax_started_is_refused_with_how_to_fix():
+    import jax
+
+    jax.devices()
+    with pytest.raises(
+        RuntimeError,
+        match=r"after JAX started its backends.*Call it first, before jax\.devices\(\)",
+    ):
+        gpt_models.tune_host_allocator()
