@@ -4,6 +4,7 @@ import lox
 
 EXPECTED = {
     "ConsoleLogger",
+    "DamagedSaveError",
     "LogStructureError",
     "Logger",
     "LoggerState",

@@ -16,6 +16,7 @@ from ._loggers import MultiLogger as MultiLogger
 from ._loggers import SaveLogger as SaveLogger
 from ._save import load as load
 from ._save import save as save
+from ._save_index import DamagedSaveError as DamagedSaveError
 from ._spool import spool as spool
 from ._strip import keep as keep
 from ._strip import strip as strip

@@ -44,7 +44,9 @@ def to_csv(
         keys: the keys to export, in this column order (default: every key, in logdict order).
 
     Raises:
+        TypeError: ``logs`` is neither a logdict nor a path.
         ValueError: a selected key is unknown or holds more than one number per event.
+        DamagedSaveError: ``logs`` names a damaged save folder (see ``lox.load``).
 
     Example:
         >>> import io, numpy as np, lox
@@ -57,6 +59,11 @@ def to_csv(
         0,2.5,0.1
         1,2.0,0.2
     """
+    if not isinstance(logs, logdict | str | os.PathLike):
+        raise TypeError(
+            f"lox.to_csv: logs must be a lox.logdict or the folder of a save, got {logs!r:.60} "
+            f"({type(logs).__name__}). Pass lox.spool's logs, or e.g. 'runs/x/metrics/run_0'."
+        )
     data = logs if isinstance(logs, logdict) else load(logs)
     columns = _columns(data, keys)
     step_names = sorted({s for k in columns for s in data.steps[k]})

@@ -51,7 +51,7 @@ def _is_static_int(index: Any) -> bool:
 
 def _event_index(index: Any) -> Any:
     """Turn a user's event index into one that keeps the event axis (an int becomes a slice)."""
-    if isinstance(index, tuple | type(Ellipsis)) or index is None:
+    if isinstance(index, tuple | type(Ellipsis) | str | bytes | float) or index is None:
         raise TypeError(
             f"logdict.slice[...] indexes the event axis only, got {index!r}. Expected an int, "
             "a slice, an integer array or a boolean mask, e.g. logs.slice[-1] or "
@@ -174,6 +174,13 @@ class logdict(Mapping[str, PyTree]):
         data: Mapping[str, PyTree] | None = None,
         steps: Mapping[str, Mapping[str, Any]] | None = None,
     ):
+        for what, value in (("data", data), ("steps", steps)):
+            if value is not None and not isinstance(value, Mapping):
+                raise TypeError(
+                    f"logdict: {what} must be a mapping from key to values, got "
+                    f"{type(value).__name__} ({value!r:.60}). Example: "
+                    "lox.logdict({'loss': losses}, steps={'loss': {'step': steps}})."
+                )
         data = dict(data or {})
         given_steps = {k: dict(v) for k, v in (steps or {}).items()}
         validate(data, {k: given_steps.get(k, {}) for k in data} | given_steps)
@@ -264,6 +271,7 @@ class logdict(Mapping[str, PyTree]):
                 step on one side only.
         """
         if not isinstance(other, logdict):
+            _refuse_plain_mapping("+", other)
             return NotImplemented
         data, steps = dict(self._data), dict(self._steps)
         for key, value in other._data.items():
@@ -285,6 +293,7 @@ class logdict(Mapping[str, PyTree]):
     def __or__(self, other: Any) -> logdict:
         """Merge keys; for a key on both sides the right operand wins (data and steps), as dict."""
         if not isinstance(other, logdict):
+            _refuse_plain_mapping("|", other)
             return NotImplemented
         return logdict._unchecked(self._data | other._data, self._steps | other._steps)
 
@@ -344,6 +353,12 @@ class logdict(Mapping[str, PyTree]):
             >>> list(logs.filter(lambda key, value: key.startswith('l')))
             ['loss']
         """
+        if not callable(pred):
+            raise TypeError(
+                f"logdict.filter: expected a predicate pred(key, value) -> bool, got {pred!r:.60} "
+                f"({type(pred).__name__}). Example: logs.filter(lambda key, value: "
+                "key.startswith('train/'))."
+            )
         keep = [key for key, value in self._data.items() if _truth(pred(key, value), key)]
         return logdict._unchecked({k: self._data[k] for k in keep}, self._steps)
 
@@ -362,6 +377,15 @@ class logdict(Mapping[str, PyTree]):
             )
         data = {prefix + k: v for k, v in self._data.items()}
         return logdict._unchecked(data, {prefix + k: v for k, v in self._steps.items()})
+
+
+def _refuse_plain_mapping(op: str, other: Any) -> None:
+    # A plain dict has no `+`/`|` with a logdict; Python's own message would not say how to fix it.
+    if isinstance(other, Mapping):
+        raise TypeError(
+            f"logdict {op} {type(other).__name__}: both sides must be logdicts. Wrap the mapping "
+            f"first: logs {op} lox.logdict(values) (each value with its leading event axis)."
+        )
 
 
 def _truth(result: Any, key: str) -> bool:

@@ -26,6 +26,7 @@ from core_primitives import pytree_dataclass
 
 from ._logdict import logdict
 from ._save import save
+from ._save_index import refuse_link
 
 State = Any
 
@@ -288,7 +289,8 @@ class SaveLogger(HostLogger):
 
     Runs are numbered per logger from 0 (under ``vmap``: lane order), so a resumed job that
     builds the same logger appends to the same folders. Read a run with
-    ``lox.load(path / 'run_0')``.
+    ``lox.load(path / 'run_0')``. Nothing is written outside ``path``: a run folder, index or
+    ``chunks`` folder that is a symbolic link raises ``lox.DamagedSaveError`` naming it.
 
     Args:
         path: the parent folder of the run folders.
@@ -344,6 +346,8 @@ class SaveLogger(HostLogger):
     def _flush(self, pending: list[logdict], run: int) -> None:
         logs = sum(pending[1:], pending[0])
         pending.clear()
+        # The run folder is lox's own: a link there would send the logs out of `path`.
+        refuse_link("SaveLogger", self.path, os.path.basename(self.run_path(run)))
         save(logs, self.run_path(run))
 
 

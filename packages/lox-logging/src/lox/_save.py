@@ -10,13 +10,16 @@ pytree structure, per-event shapes and dtypes, step names) and a ``chunk`` line 
 key id, how many events one chunk file holds. File names are built from integers only, so a
 key such as ``"../x"`` or ``"/abs"`` is just a string in the index and can never become a path.
 Appending writes one new chunk file and a few index lines: O(new data), old data untouched.
+Reading checks every index line and chunk against what lox writes (``_save_index``): a damaged
+or altered save raises ``DamagedSaveError`` naming the file, never numpy's or json's own error.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
+import zipfile
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,93 +28,43 @@ import numpy as np
 
 from ._logdict import logdict
 from ._logdict_checks import show_tree
+from ._save_index import (
+    CHUNKS,
+    FORMAT,
+    INDEX,
+    VERSION,
+    Index,
+    chunk_name,
+    damaged,
+    dtype_of,
+    open_inside,
+    read_index,
+    refuse_link,
+    write_lines,
+)
 from ._treecode import decode_tree, encode_tree
-
-INDEX = "lox-index.jsonl"
-CHUNKS = "chunks"
-FORMAT = "lox-logdict"
-VERSION = 1
-
-
-# ---------------------------------------------------------------------------------------------
-# The index of one save folder, as kept in memory between appends.
-
-
-class _Index:
-    """What a save folder holds: key metadata and the chunk list, mirrored from the index file."""
-
-    def __init__(self) -> None:
-        self.keys: dict[str, dict[str, Any]] = {}  # key -> its `key` line
-        self.chunks: list[dict[str, Any]] = []  # `chunk` lines in order
-        self.size = 0  # bytes of the index file this mirrors
-
-    def apply(self, entry: dict[str, Any]) -> None:
-        if "key" in entry:
-            self.keys[entry["key"]] = entry
-        elif "chunk" in entry:
-            self.chunks.append(entry)
-
-
-def _read_index(path: str) -> _Index:
-    index = _Index()
-    with open(os.path.join(path, INDEX), "rb") as fh:
-        raw = fh.read()
-    # A crash while appending can leave a last line without its newline: that append never
-    # completed (chunk files are written first), so ignore it.
-    complete = raw[: raw.rfind(b"\n") + 1]
-    lines = complete.decode("utf-8").splitlines()
-    if not lines:
-        raise ValueError(f"lox.load: {path!r} has an empty {INDEX}; the save was interrupted.")
-    _check_header(path, json.loads(lines[0]))
-    for line in lines[1:]:
-        index.apply(json.loads(line))
-    index.size = len(complete)
-    return index
-
-
-def _check_header(path: str, header: Any) -> None:
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise ValueError(
-            f"lox: {os.path.join(path, INDEX)!r} is not a lox save index (got first line "
-            f"{header!r}, expected {{'format': {FORMAT!r}, ...}})."
-        )
-    if header.get("version", 0) > VERSION:
-        raise ValueError(
-            f"lox: {path!r} was written by a newer lox (format version {header['version']}, "
-            f"this lox reads up to {VERSION}). Upgrade lox-logging to load it."
-        )
-
 
 # Appends by one process reuse the index in memory: re-reading it each time would make every
 # `save` cost O(number of earlier saves). The size check notices writes by anyone else.
-_CACHE: dict[str, _Index] = {}
+_CACHE: dict[str, Index] = {}
 _LOCK = threading.Lock()
 
 
-def _index_for_append(path: str) -> _Index:
+def _index_for_append(path: str) -> Index:
     path = os.path.realpath(path)
+    refuse_link("lox.save", path, INDEX)
     index_file = os.path.join(path, INDEX)
     if not os.path.exists(index_file) or os.path.getsize(index_file) == 0:
-        _CACHE[path] = index = _Index()
-        _write_lines(path, [{"format": FORMAT, "version": VERSION}], index, truncate=True)
+        _CACHE[path] = index = Index()
+        write_lines(
+            "lox.save", path, [{"format": FORMAT, "version": VERSION}], index, truncate=True
+        )
         return index
     cached = _CACHE.get(path)
     if cached is not None and cached.size == os.path.getsize(index_file):
         return cached
-    _CACHE[path] = index = _read_index(path)
+    _CACHE[path] = index = read_index("lox.save", path)
     return index
-
-
-def _write_lines(path: str, entries: list[dict[str, Any]], index: _Index, *, truncate=False):
-    text = "".join(json.dumps(e, ensure_ascii=True) + "\n" for e in entries).encode("utf-8")
-    with open(os.path.join(path, INDEX), "wb" if truncate else "r+b") as fh:
-        # Drop a half-written last line left by a crash, so the new lines start on their own.
-        fh.seek(index.size if not truncate else 0)
-        fh.truncate()
-        fh.write(text)
-    index.size += len(text)
-    for entry in entries:
-        index.apply(entry)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,7 +117,7 @@ def _check_append(path: str, key: str, old: dict[str, Any], new: dict[str, Any])
 
 
 def _describe(entry: dict[str, Any]) -> str:
-    leaves = [np.zeros((1, *x["shape"]), dtype=_dtype(x["dtype"])) for x in entry["leaves"]]
+    leaves = [np.zeros((1, *x["shape"]), dtype=dtype_of(x["dtype"])) for x in entry["leaves"]]
     return show_tree(decode_tree(entry["tree"], leaves), per_event=True)
 
 
@@ -181,8 +134,10 @@ def save(logs: logdict, path: str | os.PathLike[str]) -> None:
         path: a folder; created if missing.
 
     Raises:
-        TypeError: ``logs`` is not a logdict, or holds object arrays.
+        TypeError: ``logs`` is not a logdict, holds object arrays, or ``path`` is not a path.
         ValueError: a key was saved before with another structure, shape, dtype or steps.
+        DamagedSaveError: ``path`` holds a save that is damaged or altered (see ``load``), or
+            its index or ``chunks`` folder is a symbolic link: lox writes only inside ``path``.
         FileExistsError: ``path`` is a file.
 
     Example:
@@ -200,7 +155,7 @@ def save(logs: logdict, path: str | os.PathLike[str]) -> None:
             f"lox.save: expected a logdict, got {type(logs).__name__}. Wrap plain dicts: "
             "lox.save(lox.logdict({'loss': values[None]}), path)."
         )
-    path = _folder(path)
+    path = _folder("lox.save", path)
     with _LOCK:
         index = _index_for_append(path)
         arrays, entries, counts = _chunk_contents(path, index, logs)
@@ -208,12 +163,12 @@ def save(logs: logdict, path: str | os.PathLike[str]) -> None:
         if arrays:
             _write_chunk(path, number, arrays)
         if counts:
-            entries.append({"chunk": number, "file": _chunk_name(number), "counts": counts})
+            entries.append({"chunk": number, "file": chunk_name(number), "counts": counts})
         if entries:
-            _write_lines(path, entries, index)
+            write_lines("lox.save", path, entries, index)
 
 
-def _chunk_contents(path: str, index: _Index, logs: logdict):
+def _chunk_contents(path: str, index: Index, logs: logdict):
     """The arrays of one chunk (named by key id and position), new key lines, event counts."""
     arrays: dict[str, np.ndarray] = {}
     entries: list[dict[str, Any]] = []
@@ -249,30 +204,32 @@ def _member_arrays(key_id: int, value: Any, steps: Mapping[str, np.ndarray]):
     return out
 
 
-def _chunk_name(number: int) -> str:
-    return f"{CHUNKS}/{number:08d}.npz"
-
-
 def _write_chunk(path: str, number: int, arrays: dict[str, np.ndarray]) -> None:
-    chunks = os.path.join(path, CHUNKS)
-    if os.path.islink(chunks):
-        raise FileExistsError(
-            f"lox.save: {chunks!r} is a symbolic link; lox writes only inside {path!r}. "
-            "Remove the link or save to another folder."
-        )
-    os.makedirs(chunks, exist_ok=True)
-    final = os.path.join(path, _chunk_name(number))
-    # Write then rename, so a crash never leaves a truncated chunk under its final name.
-    with open(final + ".tmp", "wb") as fh:
+    refuse_link("lox.save", path, CHUNKS)
+    os.makedirs(os.path.join(path, CHUNKS), exist_ok=True)
+    final = chunk_name(number)
+    # Write then rename, so a crash never leaves a truncated chunk under its final name. The
+    # temporary file is opened without following links; the rename replaces a link, never
+    # writes through it.
+    with open_inside("lox.save", path, final + ".tmp", "wb") as fh:
         np.savez(fh, **arrays)  # type: ignore[arg-type]  # member names are "<id>_<i>"
-    os.replace(final + ".tmp", final)
+    os.replace(os.path.join(path, final + ".tmp"), os.path.join(path, final))
 
 
-def _folder(path: str | os.PathLike[str]) -> str:
-    path = os.fspath(path)
+def _as_path(who: str, path: Any) -> str:
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"{who}: path must be a folder path (str or os.PathLike), got {path!r:.60} "
+            f"({type(path).__name__}). Pass the folder's name, e.g. 'runs/logs'."
+        )
+    return os.fspath(path)
+
+
+def _folder(who: str, path: str | os.PathLike[str]) -> str:
+    path = _as_path(who, path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise FileExistsError(
-            f"lox.save: {path!r} is a file; expected a folder (new or from an earlier "
+            f"{who}: {path!r} is a file; expected a folder (new or from an earlier "
             "lox.save). Choose another path."
         )
     os.makedirs(path, exist_ok=True)
@@ -297,7 +254,13 @@ def load(path: str | os.PathLike[str]) -> logdict:
 
     Raises:
         FileNotFoundError: ``path`` does not exist or holds no lox save.
-        ValueError: the save is damaged or from a newer lox.
+        DamagedSaveError: the save is not as lox wrote it: a chunk is missing, truncated or
+            altered, an index line is not JSON or not a lox entry, the index names a file that is
+            not one of the save's chunks (such as ``../../outside.npz``: lox reads only inside
+            ``path``), or the index, ``chunks`` or a chunk is a symbolic link. The message names
+            the file; the error that revealed the damage is its ``__cause__``.
+        ValueError: the save is from a newer lox.
+        TypeError: ``path`` is not a path.
 
     Example:
         >>> import tempfile, numpy as np, lox
@@ -306,29 +269,34 @@ def load(path: str | os.PathLike[str]) -> logdict:
         >>> lox.load(folder)
         logdict({'p': {'w': float64[1,2]}})
     """
-    path = os.fspath(path)
+    path = _as_path("lox.load", path)
     if not os.path.isfile(os.path.join(path, INDEX)):
         raise FileNotFoundError(_not_a_save(path))
-    index = _read_index(path)
+    index = read_index("lox.load", path)
+    if index.chunks:
+        refuse_link("lox.load", path, CHUNKS)
     parts: dict[str, list[list[np.ndarray]]] = {key: [] for key in index.keys}
     by_id = {str(e["id"]): e for e in index.keys.values()}
-    for chunk in index.chunks:
-        with np.load(os.path.join(path, chunk["file"]), allow_pickle=False) as npz:
-            for key_id, _ in chunk["counts"].items():
-                entry = by_id[key_id]
-                parts[entry["key"]].append(_read_members(npz, entry))
+    for chunk, line in zip(index.chunks, index.chunk_lines):
+        for key, members in _read_chunk(path, chunk, line, by_id):
+            parts[key].append(members)
     data, steps = {}, {}
     for key, entry in index.keys.items():
         columns = _concat_parts(entry, parts[key])
         n_leaves = len(entry["leaves"])
-        data[key] = decode_tree(entry["tree"], columns[:n_leaves])
+        data[key] = _decode(path, entry, columns[:n_leaves])
         steps[key] = {s["name"]: c for s, c in zip(entry["steps"], columns[n_leaves:])}
     return logdict(data, steps)
 
 
 def _not_a_save(path: str) -> str:
-    if not os.path.isdir(path):
+    if not os.path.exists(path):
         return f"lox.load: {path!r} does not exist; expected a folder written by lox.save."
+    if not os.path.isdir(path):
+        return (
+            f"lox.load: {path!r} is a file; expected the folder lox.save (or SaveLogger) wrote, "
+            "which holds lox-index.jsonl. Pass that folder."
+        )
     runs = sorted(d for d in os.listdir(path) if os.path.isfile(os.path.join(path, d, INDEX)))
     hint = (
         f" It holds the saves {runs}: SaveLogger writes one folder per run, so load one of "
@@ -339,9 +307,45 @@ def _not_a_save(path: str) -> str:
     return f"lox.load: {path!r} is not a lox save (no {INDEX} inside).{hint}"
 
 
-def _dtype(name: str) -> np.dtype:
-    # jax's dtypes (bfloat16, float8_*) are known to numpy once ml_dtypes is imported by jax.
-    return np.dtype(jax.numpy.dtype(name))
+# What reading a truncated or altered npz raises: zipfile's and zlib's errors, a short read,
+# numpy's refusal of a pickle or of a member it cannot parse, a member the index promises.
+_UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError)
+
+
+def _read_chunk(
+    path: str, chunk: dict[str, Any], line: int, by_id: dict[str, dict[str, Any]]
+) -> list[tuple[str, list[np.ndarray]]]:
+    """The members of one chunk, per key, checked against the index."""
+    file = chunk["file"]
+    listed = f"listed on line {line} of {INDEX}"
+    try:
+        fh = open_inside("lox.load", path, file, "rb")
+    except FileNotFoundError as err:
+        raise damaged(
+            "lox.load",
+            path,
+            f"the chunk file {file} of the save {path!r} ({listed}) is missing. It was deleted "
+            "or moved after lox wrote it.",
+        ) from err
+    with fh:
+        try:
+            npz = np.load(fh, allow_pickle=False)
+            if not isinstance(npz, np.lib.npyio.NpzFile):
+                raise ValueError(f"it holds one {type(npz).__name__}, not an npz archive")
+            with npz:
+                return [
+                    (by_id[k]["key"], _read_members(path, file, npz, by_id[k], n))
+                    for k, n in chunk["counts"].items()
+                ]
+        except _UNREADABLE as err:
+            raise damaged(
+                "lox.load",
+                path,
+                f"the chunk file {file} of the save {path!r} ({listed}) cannot be read "
+                f"({type(err).__name__}: {err}); expected an npz archive holding the arrays the "
+                "index lists. It was truncated or altered after lox wrote it (lox writes each "
+                "chunk under a temporary name and renames it, so a crash leaves none half-written).",
+            ) from err
 
 
 def _specs(entry: dict[str, Any]) -> list[tuple[str, list[int]]]:
@@ -349,19 +353,40 @@ def _specs(entry: dict[str, Any]) -> list[tuple[str, list[int]]]:
     return leaves + [(s["dtype"], []) for s in entry["steps"]]
 
 
-def _read_members(npz: Any, entry: dict[str, Any]) -> list[np.ndarray]:
+def _read_members(
+    path: str, file: str, npz: Any, entry: dict[str, Any], events: int
+) -> list[np.ndarray]:
     key_id = entry["id"]
     names = [f"{key_id}_{i}" for i in range(len(entry["leaves"]))]
     names += [f"{key_id}_s{j}" for j in range(len(entry["steps"]))]
     out = []
-    for name, (dtype, _) in zip(names, _specs(entry)):
+    for name, (dtype, shape) in zip(names, _specs(entry)):
         arr = npz[name]
         # np.save stores dtypes numpy does not know natively (bfloat16) as raw void bytes.
-        out.append(arr if arr.dtype == _dtype(dtype) else arr.view(_dtype(dtype)))
+        arr = arr if arr.dtype == dtype_of(dtype) else arr.view(dtype_of(dtype))
+        if arr.shape != (events, *shape):
+            raise ValueError(
+                f"member {name} of key {entry['key']!r} has shape {arr.shape}, but the index "
+                f"lists {events} events of shape {tuple(shape)}"
+            )
+        out.append(arr)
     return out
 
 
 def _concat_parts(entry: dict[str, Any], parts: list[list[np.ndarray]]) -> list[np.ndarray]:
     if not parts:  # a key saved with no events (e.g. from a scan of length 0)
-        return [np.zeros((0, *shape), _dtype(dtype)) for dtype, shape in _specs(entry)]
+        return [np.zeros((0, *shape), dtype_of(dtype)) for dtype, shape in _specs(entry)]
     return [np.concatenate(column, axis=0) for column in zip(*parts)]
+
+
+def _decode(path: str, entry: dict[str, Any], leaves: list[np.ndarray]) -> Any:
+    try:
+        return decode_tree(entry["tree"], leaves)
+    except (ValueError, KeyError, TypeError, IndexError) as err:
+        raise damaged(
+            "lox.load",
+            path,
+            f"the index entry of key {entry['key']!r} describes its pytree as "
+            f"{entry['tree']!r:.120}, which is not a structure lox writes ({err}). The index "
+            "was altered after lox wrote it.",
+        ) from err
