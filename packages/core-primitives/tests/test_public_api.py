@@ -10,6 +10,7 @@ EXPECTED = {
     "Interpreter",
     "LogicalAxes",
     "Path",
+    "RuleOutputError",
     "bind_eqn",
     "compat",
     "did_you_mean",

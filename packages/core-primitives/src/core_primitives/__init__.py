@@ -16,6 +16,7 @@ from ._interpreter import Context as Context
 from ._interpreter import EmittedStructureError as EmittedStructureError
 from ._interpreter import Interpreter as Interpreter
 from ._interpreter import bind_eqn as bind_eqn
+from ._interpreter_errors import RuleOutputError as RuleOutputError
 from ._paths import Path as Path
 from ._paths import format_path as format_path
 from ._paths import keypath_to_path as keypath_to_path

@@ -27,6 +27,12 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from . import compat
+from ._interpreter_errors import (
+    check_bind_args,
+    check_emitted,
+    check_eval_args,
+    check_rule_outputs,
+)
 
 Rule = Callable[["Context", Any, list[Any]], Sequence[Any]]
 
@@ -43,7 +49,12 @@ class Context:
         self.emitted: list[Any] = []
 
     def emit(self, value: Any) -> None:
-        """Add ``value`` (any pytree of arrays) to the current jaxpr's extra outputs."""
+        """Add ``value`` (any pytree of arrays) to the current jaxpr's extra outputs.
+
+        Raises:
+            TypeError: a leaf of ``value`` is not an array or a number.
+        """
+        check_emitted(value)
         self.emitted.append(value)
 
     def bind(self, eqn: Any, invals: Sequence[Any]) -> list[Any]:
@@ -61,6 +72,7 @@ def bind_eqn(eqn: Any, invals: Sequence[Any]) -> list[Any]:
         >>> bind_eqn(eqn, [jnp.float32(3.0), jnp.float32(2.0)])
         [Array(6., dtype=float32)]
     """
+    check_bind_args(eqn, invals)
     with compat.eqn_context(eqn):
         outs = compat.bind(eqn.primitive, invals, eqn.params)
     return list(outs) if eqn.primitive.multiple_results else [outs]
@@ -106,7 +118,7 @@ class Interpreter:
 
     Args:
         rules: ``{primitive: rule}``; ``rule(ctx, eqn, invals) -> outvals`` (a list, one per
-            ``eqn.outvars``). A rule may call ``ctx.emit(value)`` to add an extra output and
+            ``eqn.outvars``; anything else raises ``RuleOutputError`` naming the rule). A rule may call ``ctx.emit(value)`` to add an extra output and
             ``ctx.bind(eqn, invals)`` to evaluate the equation unchanged. Rules for higher-order
             primitives replace the built-in recursion.
         default: rule for primitives without one; default: bind unchanged.
@@ -167,8 +179,14 @@ class Interpreter:
         return g
 
     def eval_jaxpr(self, closed: Any, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-        """Evaluate a (closed or open) jaxpr on ``args``: ``(outputs, emitted values)``."""
+        """Evaluate a (closed or open) jaxpr on ``args``: ``(outputs, emitted values)``.
+
+        Raises:
+            TypeError: ``closed`` is not a jaxpr, or ``args`` has not one value per input.
+            RuleOutputError: a rule returned other than one value per equation output.
+        """
         jaxpr, consts = _split(closed)
+        check_eval_args(jaxpr, args)
         ctx = Context(self)
         outs = self._eval(ctx, jaxpr, consts, list(args))
         return outs, ctx.emitted
@@ -184,6 +202,7 @@ class Interpreter:
         for eqn in jaxpr.eqns:
             rule = self._rule_for(eqn.primitive)
             outs = rule(ctx, eqn, [read(v) for v in eqn.invars])
+            check_rule_outputs(rule, eqn, outs)
             for v, x in zip(eqn.outvars, outs):
                 if not compat.is_drop_var(v):
                     env[v] = x

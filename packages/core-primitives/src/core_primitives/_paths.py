@@ -21,6 +21,11 @@ def format_path(path: Iterable[Any]) -> str:
     """
     if isinstance(path, str):
         return path  # already shown as a path; iterating it would quote every letter
+    if not isinstance(path, Iterable):
+        raise TypeError(
+            f"format_path: expected a tuple path such as ('net', 'mlp', 'kernel'), got {path!r:.60} "
+            f"({type(path).__name__}). Wrap a single name in a tuple: format_path(('kernel',))."
+        )
     parts = [str(p) for p in path]
     return "/".join(repr(p) if ("/" in p or not p) else p for p in parts)
 
