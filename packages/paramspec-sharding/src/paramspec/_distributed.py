@@ -73,7 +73,9 @@ def initialize_distributed(
         This process's :class:`ProcessInfo`.
 
     Raises:
-        ValueError: an environment variable holds no integer, or the configuration is incomplete.
+        ValueError: an environment variable holds no integer, the configuration is incomplete,
+            ``process_id`` is not in ``[0, num_processes)``, or ``coordinator_address`` is not
+            ``host:port`` (all checked before anything waits for a peer).
         RuntimeError: JAX already ran a computation in this process.
 
     Example:
@@ -89,8 +91,46 @@ def initialize_distributed(
     args = _from_env(coordinator_address, num_processes, process_id)
     if all(v is None for v in args.values()) and local_device_ids is None and not kwargs:
         return _auto_detect()
+    _check_args(args)
     _initialize(dict(args, local_device_ids=local_device_ids, **kwargs))
     return process_info()
+
+
+def _check_args(args: dict[str, Any]) -> None:
+    """Refuse what jax.distributed would only notice later: it would wait for a peer instead."""
+    shown = ", ".join(f"{k}={args[k]!r}" for k in _ENV)
+    count, index, address = args["num_processes"], args["process_id"], args["coordinator_address"]
+    problems = []
+    if count is not None and (not _is_int(count) or count < 1):
+        problems.append(f"num_processes must be a positive int, got {count!r}.")
+    if index is not None and (not _is_int(index) or index < 0):
+        problems.append(f"process_id must be an int >= 0, got {index!r}.")
+    elif _is_int(index) and _is_int(count) and count >= 1 and index >= count:
+        problems.append(
+            f"process_id {index} is out of range for num_processes={count}: process ids run "
+            f"from 0 to {count - 1}, one per process."
+        )
+    if address is not None and not _is_host_port(address):
+        problems.append(
+            f"coordinator_address must be 'host:port' of process 0, got {address!r} (e.g. "
+            "'10.0.0.1:1234'; any free port, the same in every process)."
+        )
+    if problems:
+        raise ValueError(
+            f"initialize_distributed({shown}): " + " ".join(problems) + " Fix the arguments (or "
+            "JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID) and start again."
+        )
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_host_port(address: Any) -> bool:
+    if not isinstance(address, str):
+        return False
+    host, _, port = address.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
 def _from_env(address: str | None, count: int | None, index: int | None) -> dict[str, Any]:

@@ -177,7 +177,8 @@ def shardings(specs: Any, mesh: Any, rules: Any) -> Any:
     Raises:
         TypeError: some leaves carry no logical axes (each path listed).
         ShardingError: unknown logical axes, missing mesh axes, a mesh axis used twice in one spec,
-            or a dimension not divisible by its shard count (each path listed).
+            or a dimension not divisible by its shard count (each path listed); a mesh that lists
+            a device twice.
 
     Example:
         >>> import paramspec as ps
@@ -246,7 +247,8 @@ def init(specs: Any, key: Any, mesh: Any, rules: Any) -> Any:
 
     Raises:
         TypeError: a leaf is not a ``ParamSpec`` (each path listed).
-        ShardingError: the specs do not fit the rules and mesh (every problem listed).
+        ShardingError: the specs do not fit the rules and mesh (every problem listed), or the
+            mesh lists a device twice.
         ValueError: an initializer returned the wrong shape or dtype (path named).
 
     Example:
@@ -288,8 +290,9 @@ def init_sharded(fn: Any, key: Any, mesh: Any, rules: Any) -> Any:
         ``fn(key)``, every array placed by its logical axes.
 
     Raises:
-        TypeError: ``fn`` is not callable.
-        ShardingError: the logical axes do not fit the rules and mesh (every problem listed).
+        TypeError: ``fn`` is not callable, or ``mesh`` is not a mesh.
+        ShardingError: the logical axes do not fit the rules and mesh (every problem listed), or
+            the mesh lists a device twice.
 
     Example:
         >>> import jax, paramspec as ps
@@ -311,6 +314,7 @@ def init_sharded(fn: Any, key: Any, mesh: Any, rules: Any) -> Any:
             f"init_sharded(): fn must be a function key -> params, got {type(fn).__name__}. For a "
             "tree of ParamSpec use paramspec.init(specs, key, mesh, rules)."
         )
+    check_mesh("init_sharded()", mesh)  # before tracing fn: a bad mesh is the cheaper news
     key = _as_key(key)
     out = shardings(jax.eval_shape(fn, key), mesh, rules)
     return _InitProgram(jax.jit(fn, out_shardings=out))(key)

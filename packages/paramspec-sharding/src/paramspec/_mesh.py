@@ -10,6 +10,8 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
+from ._errors import ShardingError, describe_repeats, repeated_devices
+
 
 def make_mesh(
     shape: Sequence[int],
@@ -36,7 +38,9 @@ def make_mesh(
     Raises:
         ValueError: the sizes do not multiply to the device count, names repeat, or the lengths
             differ.
-        TypeError: a size is not an int, a name is not a string, or ``axis_types`` is a string.
+        ShardingError: ``devices`` lists a device twice (a ``ValueError`` too).
+        TypeError: a size is not an int, a name is not a string, a device is not a
+            ``jax.Device``, or ``axis_types`` is a string.
 
     Example:
         >>> import paramspec as ps
@@ -46,13 +50,32 @@ def make_mesh(
     """
     names = _check_names(axis_names)
     if devices is not None:
-        # An array of devices (mesh_utils.create_device_mesh, mesh.devices) counts all its
-        # entries, not its first dimension.
-        devices = list(np.ravel(np.asarray(devices, dtype=object)))
+        devices = _check_devices(devices)
     n_devices = len(devices) if devices is not None else jax.device_count()
     sizes = _resolve_sizes(shape, names, n_devices)
     types = _axis_types(axis_types, names)
     return jax.make_mesh(sizes, names, axis_types=types, devices=devices)
+
+
+def _check_devices(devices: Any) -> list[Any]:
+    # An array of devices (mesh_utils.create_device_mesh, mesh.devices) counts all its entries,
+    # not its first dimension.
+    flat = list(np.ravel(np.asarray(devices, dtype=object)))
+    bad = [d for d in flat if not isinstance(d, jax.Device)]
+    if bad:
+        raise TypeError(
+            f"make_mesh: devices must be jax devices, got {bad[0]!r:.60} "
+            f"({type(bad[0]).__name__}) among them. Pass devices from jax.devices(), e.g. "
+            "devices=jax.devices()[:4], not device ids."
+        )
+    repeats = repeated_devices(flat)
+    if repeats:
+        raise ShardingError(
+            f"make_mesh: devices lists {describe_repeats(repeats)}; a mesh needs each device "
+            "once, or two shards would share one device. Pass distinct devices, e.g. "
+            f"devices=jax.devices()[:{len(flat)}] (jax.devices() lists each device once)."
+        )
+    return flat
 
 
 def _check_names(axis_names: Sequence[str]) -> tuple[str, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -11,7 +12,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from core_primitives import did_you_mean, format_problems, list_alternatives
 
-from ._errors import ShardingError
+from ._errors import ShardingError, describe_repeats, repeated_devices
 
 MeshAxes = tuple[str, ...] | None
 
@@ -82,6 +83,31 @@ def check_mesh(fn: str, mesh: Any) -> None:
             f"{fn}: mesh: got {type(mesh).__name__}, expected a jax.sharding.Mesh, e.g. "
             'paramspec.make_mesh((2, 4), ("data", "model")). Check the argument order.'
         )
+    repeats = _mesh_repeats(mesh)
+    if repeats:
+        raise ShardingError(
+            f"{fn}: the mesh {dict(mesh.shape)} lists {describe_repeats(repeats)}; a mesh needs "
+            "each device once, or two shards would share one device (JAX accepts such a Mesh "
+            "and fails later, or places the arrays wrongly). Build it with "
+            'paramspec.make_mesh(shape, names) or jax.make_mesh, e.g. make_mesh((2, 4), ("data", '
+            '"model")); to use fewer devices pass devices=jax.devices()[:n].'
+        )
+
+
+def _mesh_repeats(mesh: Any) -> list[tuple[Any, int]]:
+    try:
+        return _cached_repeats(mesh)
+    except TypeError:  # an unhashable mesh-like object: check it uncached
+        return _repeats(mesh)
+
+
+def _repeats(mesh: Any) -> list[tuple[Any, int]]:
+    devices = getattr(mesh, "devices", None)  # an AbstractMesh has none to repeat
+    return [] if devices is None else repeated_devices(devices)
+
+
+# Cached per mesh: constrain() checks at every trace, and a pod's mesh has thousands of devices.
+_cached_repeats = functools.lru_cache(maxsize=64)(_repeats)
 
 
 def as_rules(rules: Any) -> Rules:
