@@ -56,6 +56,12 @@ class Metadata(Mapping[str, Any]):
     __slots__ = ("_data", "_hash")
 
     def __init__(self, data: Mapping[str, Any] | None = None, *, _where: str = "") -> None:
+        if data is not None and not isinstance(data, Mapping):
+            raise TypeError(
+                f"Param metadata must be a mapping of names to static values, got "
+                f"{type(data).__name__} ({data!r:.60}). Example: "
+                "Param(value, metadata={'logical_axes': ('embed', 'mlp')})."
+            )
         items = dict(data or {})
         self._data = {str(k): _freeze(v, f"{_where}[{k!r}]") for k, v in items.items()}
         self._hash = hash(tuple(sorted(self._data.items(), key=lambda kv: kv[0])))
@@ -381,6 +387,12 @@ class Params(Mapping[Path, Param]):
     _values: tuple[Any, ...]
 
     def __init__(self, entries: Mapping[Path, Any] | None = None) -> None:
+        if entries is not None and not isinstance(entries, Mapping):
+            raise TypeError(
+                f"Params expects a mapping from tuple paths to values (or Param objects), got "
+                f"{type(entries).__name__} ({entries!r:.60}). Example: "
+                "Params({('net', 'w'): jnp.zeros(3)}); to build from pairs, Params(dict(pairs))."
+            )
         struct, values = _EMPTY, []
         for path, entry in (entries or {}).items():
             path = _check_path(path)
@@ -509,6 +521,11 @@ class Params(Mapping[Path, Param]):
             >>> mask[('w',)].value, mask[('n',)].value
             (True, False)
         """
+        if not callable(fn):
+            raise TypeError(
+                f"Params.map expects fn(param) -> value, got {fn!r:.60} ({type(fn).__name__}). "
+                "Example: params.map(lambda p: p.trainable)."
+            )
         return Params._make(self._struct, tuple(fn(p) for _, p in self._params()))
 
     def split(self, pred: Callable[[Path, Param], bool] | None = None) -> tuple[Params, Params]:

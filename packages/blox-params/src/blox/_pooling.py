@@ -96,7 +96,36 @@ def _windows(
     steps = (steps,) * n if isinstance(steps, int) else steps
     batch = x.shape[: x.ndim - n - 1]
     flat = x.reshape(-1, *x.shape[x.ndim - n - 1 :])
-    return _Windows(flat, batch, (1, *window, 1), (1, *steps, 1), _pads(padding, n, fn))
+    pads = _pads(padding, n, fn)
+    _check_fits(fn, x.shape, flat.shape[1:-1], window, pads, padding)
+    return _Windows(flat, batch, (1, *window, 1), (1, *steps, 1), pads)
+
+
+def _check_fits(
+    fn: str,
+    shape: tuple[int, ...],
+    spatial: tuple[int, ...],
+    window: tuple[int, ...],
+    pads: Any,
+    padding: Any,
+) -> None:
+    """A window larger than the (padded) input gives an empty output: say so instead."""
+    if isinstance(pads, str):
+        if pads.upper() != "VALID":
+            return  # the SAME modes pad to at least one window per axis
+        pairs: Any = ((0, 0),) * len(spatial)
+    else:
+        pairs = pads[1:-1]
+    padded = tuple(size + lo + hi for size, (lo, hi) in zip(spatial, pairs))
+    if all(p >= w for p, w in zip(padded, window)):
+        return
+    size = f"{spatial}" + (f" ({padded} padded)" if padded != spatial else "")
+    raise ValueError(
+        f"{fn}: the window {window} is larger than the spatial shape {size} of inputs of shape "
+        f"{shape} (padding={padding!r}), so no window fits and the output would be empty. Use a "
+        "smaller window_shape, pad the inputs (padding='SAME'), or check which axes are spatial: "
+        "inputs are (*batch, *spatial, channels)."
+    )
 
 
 def max_pool(
