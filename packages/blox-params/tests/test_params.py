@@ -158,7 +158,7 @@ def test_metadata_must_be_hashable():
 
 def test_param_replace_and_repr():
     p = bx.Param(jnp.zeros((2,), jnp.bfloat16), trainable=False)
-    assert repr(p) == "Param(bf16[2], trainable=False)"
+    assert repr(p) == "Param(bfloat16[2], trainable=False)"
     assert p.replace(trainable=True).trainable
     with pytest.raises(TypeError, match="unknown field"):
         p.replace(shape=(3,))

@@ -1,19 +1,14 @@
-"""``display``: treescope (or HTML) in notebooks, a text tree with counts and bytes elsewhere.
-
-Also the treescope handlers of ``Params`` and ``Param`` (``__treescope_repr__`` delegates here),
-so ``treescope.show(params)`` and treescope's automatic notebook rendering show the paths,
-values and flags without a registration step.
-"""
+"""``display``: treescope (or HTML) in notebooks, a text tree with counts and bytes elsewhere."""
 
 from __future__ import annotations
 
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
-from core_primitives import format_path
+from core_primitives import dtype_shape, format_path
 
 from ._html import count_and_bytes, human_bytes
-from ._params import Param, Params, _short
+from ._params import Params
 
 
 def _in_notebook() -> bool:
@@ -34,15 +29,17 @@ def summary(params: Params) -> str:
         >>> print(summary(params))
         Params: 2 arrays, 16 values, 64 B (trainable: 2 arrays, 16 values, 64 B)
         net/l1  (2 arrays, 16 values, 64 B)
-          kernel  f32[3,4]  12  48 B
-          bias    f32[4]     4  16 B
+          kernel  float32[3,4]  12  48 B
+          bias    float32[4]     4  16 B
     """
     rows: dict[tuple[str, ...], list[tuple[str, str, int, int, bool]]] = {}
     totals = [0, 0, 0, 0, 0, 0]  # arrays, values, bytes; then the trainable ones
     for path, entry in params.items():
         value, trainable = entry.value, entry.trainable
         count, nbytes = count_and_bytes(value)
-        rows.setdefault(path[:-1], []).append((path[-1], _short(value), count, nbytes, trainable))
+        rows.setdefault(path[:-1], []).append(
+            (path[-1], dtype_shape(value), count, nbytes, trainable)
+        )
         for i, v in enumerate((1, count, nbytes) * (2 if trainable else 1)):
             totals[i] += v
     lock = " (locked)" if params.is_locked else ""
@@ -87,7 +84,7 @@ def display(params: Params, *, file: TextIO | None = None) -> None:
         >>> bx.display(bx.Params({('net', 'w'): jnp.zeros(2)}))
         Params: 1 arrays, 2 values, 8 B (trainable: 1 arrays, 2 values, 8 B)
         net  (1 arrays, 2 values, 8 B)
-          w  f32[2]  2  8 B
+          w  float32[2]  2  8 B
     """
     if not isinstance(params, Params):
         raise TypeError(
@@ -105,34 +102,3 @@ def display(params: Params, *, file: TextIO | None = None) -> None:
             treescope.display(params)
         return
     print(summary(params), file=file if file is not None else sys.stdout)
-
-
-def params_treescope(params: Params, path: str | None, subtree_renderer: Any) -> Any:
-    """The treescope rendering of ``params``: ``Params({path: Param(...), ...})``.
-
-    Keys are the tuple paths, so treescope's copy-path feature gives ``params[('net', ...)]``,
-    which indexes a ``Params`` as it should.
-    """
-    from treescope import repr_lib
-
-    return repr_lib.render_dictionary_wrapper(
-        object_type=type(params),
-        wrapped_dict=dict(params.items()),
-        path=path,
-        subtree_renderer=subtree_renderer,
-    )
-
-
-def param_treescope(param: Param, path: str | None, subtree_renderer: Any) -> Any:
-    """The treescope rendering of one ``Param``: its value (an array view), flag, metadata."""
-    from treescope import repr_lib
-
-    fields: dict[str, Any] = {"value": param.value, "trainable": param.trainable}
-    if param.metadata:
-        fields["metadata"] = dict(param.metadata)
-    return repr_lib.render_object_constructor(
-        object_type=type(param),
-        attributes=fields,
-        path=path,
-        subtree_renderer=subtree_renderer,
-    )

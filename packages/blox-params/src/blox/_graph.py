@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Any
 
 from core_primitives import format_path
 
 from ._errors import GraphError
 
-if TYPE_CHECKING:
-    from ._module import Module
+# The module bound to a node is a `blox.Module`, typed `Any` here: `_module` imports this file,
+# and the layer below never imports the one above, not even for a type annotation.
+BoundModule = Any
 
 Path = tuple[str, ...]
 
@@ -44,7 +45,7 @@ class Graph:
         self.parent = _parent
         self.path: Path = (*_parent.path, name) if _parent is not None else (name,)
         self._children: dict[str, Graph] = {}
-        self.module: Module | None = None
+        self.module: BoundModule | None = None
 
     @property
     def is_root(self) -> bool:
@@ -84,7 +85,7 @@ class Graph:
         """The direct children created so far, by name (a copy)."""
         return dict(self._children)
 
-    def walk(self) -> Iterator[Module]:
+    def walk(self) -> Iterator[BoundModule]:
         """Every module bound at or below this node, depth first in creation order.
 
         Example:
@@ -100,7 +101,7 @@ class Graph:
         for node in self._children.values():
             yield from node.walk()
 
-    def _bind(self, module: Module) -> None:
+    def _bind(self, module: BoundModule) -> None:
         kind = type(module).__name__
         if self.is_root:
             raise GraphError(

@@ -1,9 +1,9 @@
 """``Params`` as HTML for notebooks: the paths as a collapsible tree, one row per parameter.
 
-Jupyter calls ``Params._repr_html_`` for the last expression of a cell. Everything is one
-self-contained string (inline ``<style>``, no JavaScript), so it renders the same in Jupyter,
-VS Code, Colab and a saved ``.html`` file. Every name is escaped: a path may hold any
-character, ``<script>`` included.
+Jupyter calls ``Params._repr_html_`` for the last expression of a cell; the page is
+``core_primitives.html_tree`` (one self-contained string, every name escaped: a path may hold any
+character, ``<script>`` included). This module sits below ``_params``: it reads a ``Params``
+only through ``items()`` and ``is_locked`` and never imports it.
 """
 
 from __future__ import annotations
@@ -14,33 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from ._params import Param, Params, _short
+from core_primitives import dtype_shape, html_tree
 
 # Deeper levels start folded, so a large model opens on its top-level blocks.
 _OPEN_DEPTH = 3
-
-_STYLE = """
-<style>
-.blox-params { font-family: ui-sans-serif, system-ui, sans-serif; font-size: 13px;
-  line-height: 1.45; color: inherit; }
-.blox-params .bx-head { font-weight: 600; margin-bottom: 4px; }
-.blox-params .bx-badge { display: inline-block; padding: 0 6px; border-radius: 8px;
-  font-size: 11px; font-weight: 500; margin-left: 4px; }
-.blox-params .bx-locked { background: rgba(120, 120, 120, 0.18); }
-.blox-params .bx-trainable { background: rgba(46, 160, 67, 0.18); color: #1a7f37; }
-.blox-params .bx-frozen { background: rgba(130, 80, 223, 0.15); color: #8250df; }
-.blox-params details { margin-left: 14px; }
-.blox-params > details { margin-left: 0; }
-.blox-params summary { cursor: pointer; }
-.blox-params .bx-node { font-weight: 600; font-family: ui-monospace, monospace; }
-.blox-params .bx-sum { color: #6e7781; margin-left: 8px; font-weight: 400; }
-.blox-params table { border-collapse: collapse; margin: 2px 0 4px 18px; }
-.blox-params td { padding: 1px 10px 1px 0; vertical-align: top; text-align: left; }
-.blox-params td.bx-name, .blox-params td.bx-kind { font-family: ui-monospace, monospace; }
-.blox-params td.bx-num { text-align: right; color: #6e7781; }
-.blox-params td.bx-meta { color: #6e7781; font-family: ui-monospace, monospace; }
-</style>
-"""
 
 
 def count_and_bytes(value: Any) -> tuple[int, int]:
@@ -65,26 +42,7 @@ def human_bytes(n: float) -> str:
     return f"{n} B"
 
 
-class _Node:
-    """One path prefix: its direct parameters and its child prefixes, in creation order."""
-
-    def __init__(self) -> None:
-        self.leaves: list[tuple[str, Param]] = []
-        self.children: dict[str, _Node] = {}
-
-    def add(self, path: tuple[str, ...], param: Param) -> None:
-        node = self
-        for name in path[:-1]:
-            node = node.children.setdefault(name, _Node())
-        node.leaves.append((path[-1], param))
-
-    def params(self) -> Iterable[Param]:
-        yield from (p for _, p in self.leaves)
-        for child in self.children.values():
-            yield from child.params()
-
-
-def _totals(params: Iterable[Param]) -> tuple[int, int, int]:
+def _totals(params: Iterable[Any]) -> tuple[int, int, int]:
     arrays = values = nbytes = 0
     for param in params:
         count, size = count_and_bytes(param.value)
@@ -96,62 +54,49 @@ def _sizes(arrays: int, values: int, nbytes: int) -> str:
     return f"{arrays} arrays · {values:,} values · {human_bytes(nbytes)}"
 
 
-def _row(name: str, param: Param) -> str:
+def _cells(param: Any) -> list[tuple[str, str]]:
     count, nbytes = count_and_bytes(param.value)
     flag = (
-        '<span class="bx-badge bx-trainable">trainable</span>'
+        '<span class="cp-badge cp-green">trainable</span>'
         if param.trainable
-        else '<span class="bx-badge bx-frozen">non-trainable</span>'
+        else '<span class="cp-badge cp-purple">non-trainable</span>'
     )
     meta = ", ".join(f"{k}={v!r}" for k, v in param.metadata.items())
-    cells = [
-        f'<td class="bx-name">{html.escape(name)}</td>',
-        f'<td class="bx-kind">{html.escape(_short(param.value))}</td>',
-        f'<td class="bx-num">{count:,}</td>',
-        f'<td class="bx-num">{human_bytes(nbytes)}</td>',
-        f"<td>{flag}</td>",
-        f'<td class="bx-meta">{html.escape(meta)}</td>',
+    return [
+        ("kind", html.escape(dtype_shape(param.value))),
+        ("num", f"{count:,}"),
+        ("num", human_bytes(nbytes)),
+        ("", flag),
+        ("meta", html.escape(meta)),
     ]
-    return f"<tr>{''.join(cells)}</tr>"
 
 
-def _node_html(name: str, node: _Node, depth: int) -> str:
-    is_open = " open" if depth < _OPEN_DEPTH else ""
-    body = _body_html(node, depth + 1)
-    summary = (
-        f'<summary><span class="bx-node">{html.escape(name)}</span>'
-        f'<span class="bx-sum">{_sizes(*_totals(node.params()))}</span></summary>'
-    )
-    return f"<details{is_open}>{summary}{body}</details>"
-
-
-def _body_html(node: _Node, depth: int) -> str:
-    parts = []
-    if node.leaves:
-        rows = "".join(_row(name, param) for name, param in node.leaves)
-        parts.append(f"<table>{rows}</table>")
-    parts.extend(_node_html(name, child, depth) for name, child in node.children.items())
-    return "".join(parts)
-
-
-def params_html(params: Params) -> str:
-    """The HTML a notebook shows for ``params``: a header with totals, then the path tree.
+def params_html(params: Any) -> str:
+    """The HTML a notebook shows for a blox ``Params``: a header with totals, then the path tree.
 
     Example:
         >>> import jax.numpy as jnp
         >>> import blox as bx
         >>> page = params_html(bx.Params({('net', 'l1', 'kernel'): jnp.zeros((3, 4))}))
-        >>> 'f32[3,4]' in page and '<summary><span class="bx-node">l1</span>' in page
+        >>> 'float32[3,4]' in page and '<summary><span class="cp-node">l1</span>' in page
         True
     """
-    root = _Node()
-    for path, param in params.items():
-        root.add(path, param)
-    everything = _totals(root.params())
-    trainable = _totals(p for p in root.params() if p.trainable)
-    lock = '<span class="bx-badge bx-locked">locked</span>' if params.is_locked else ""
+    entries = list(params.items())
+    # Each group's subtotal: every parameter whose path starts with the group's path.
+    groups: dict[tuple[str, ...], list[Any]] = {}
+    for path, param in entries:
+        for depth in range(1, len(path)):
+            groups.setdefault(path[:depth], []).append(param)
+    everything = _totals(p for _, p in entries)
+    trainable = _totals(p for _, p in entries if p.trainable)
+    lock = '<span class="cp-badge cp-grey">locked</span>' if params.is_locked else ""
     head = (
-        f'<div class="bx-head">Params{lock} <span class="bx-sum">{_sizes(*everything)} '
-        f"(trainable: {_sizes(*trainable)})</span></div>"
+        f'Params{lock} <span class="cp-sum">{_sizes(*everything)} '
+        f"(trainable: {_sizes(*trainable)})</span>"
     )
-    return f'{_STYLE}<div class="blox-params">{head}{_body_html(root, 0)}</div>'
+    return html_tree(
+        [(path, _cells(param)) for path, param in entries],
+        head=head,
+        group_note=lambda path: _sizes(*_totals(groups[path])),
+        open_depth=_OPEN_DEPTH,
+    )

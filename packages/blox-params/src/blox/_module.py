@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -16,10 +16,18 @@ from ._errors import LockedParamsError, MissingParamError, ParamDtypeError, Para
 from ._graph import Graph
 from ._params import Metadata, Param, Params
 
-if TYPE_CHECKING:
-    from ._rng import Rng
-
 Initializer = Callable[..., Any]
+
+
+class KeySource(Protocol):
+    """What ``get_param`` draws init keys from: ``key, params = rng(params)``.
+
+    ``blox.Rng`` is the one blox has. It is a ``Module`` defined in ``_rng`` on top of this file,
+    so it is named here by what it does rather than imported (a lower module never imports a
+    higher one).
+    """
+
+    def __call__(self, params: Params, /) -> tuple[jax.Array, Params]: ...
 
 
 def _describe(value: Any) -> str:
@@ -66,7 +74,7 @@ class Module:
         >>> scale = Scale(bx.Graph('net') / 'scale')
         >>> y, params = scale(bx.Params(), jnp.ones(2))
         >>> params[('net', 'scale', 'scale')]
-        Param(f32[], trainable=True)
+        Param(float32[], trainable=True)
     """
 
     graph: Graph
@@ -111,7 +119,7 @@ class Module:
         dtype: Any = jnp.float32,
         trainable: bool = True,
         metadata: Mapping[str, Any] | None = None,
-        rng: Rng | None = None,
+        rng: KeySource | None = None,
     ) -> tuple[Any, Params]:
         """Read the parameter ``name`` under this module, creating it on first use.
 
@@ -252,7 +260,7 @@ class Module:
         dtype: Any,
         trainable: bool,
         metadata: Mapping[str, Any] | None,
-        rng: Rng | None,
+        rng: KeySource | None,
     ) -> tuple[Any, Params]:
         if params.is_locked:
             raise LockedParamsError(

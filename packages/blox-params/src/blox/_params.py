@@ -16,9 +16,11 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
-from core_primitives import did_you_mean, format_path
+from core_primitives import did_you_mean, dtype_shape, format_path
 
 from ._errors import MissingParamError
+from ._html import params_html
+from ._treescope import param_treescope, params_treescope
 
 Path = tuple[str, ...]
 
@@ -125,20 +127,6 @@ class _Aux:
         return f"(trainable={self.trainable}, metadata={self.metadata!r})"
 
 
-def _short(value: Any) -> str:
-    """``f32[3,4]`` for arrays (and tracers, shape structs), ``repr`` for anything else."""
-    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-    if shape is None or dtype is None:
-        return repr(value)
-    name = np.dtype(dtype).name if not hasattr(dtype, "_is_typed_key") else str(dtype)
-    short = {"float": "f", "int": "i", "uint": "u", "bfloat": "bf", "complex": "c"}
-    for long, abbrev in short.items():
-        if name.startswith(long) and name[len(long) :].isdigit():
-            name = abbrev + name[len(long) :]
-            break
-    return f"{name}[{','.join(str(d) for d in shape)}]"
-
-
 class Param:
     """One piece of state: a value plus whether it is trained and static metadata.
 
@@ -158,7 +146,7 @@ class Param:
         >>> import jax.numpy as jnp
         >>> p = Param(jnp.zeros((3, 4)), metadata={'logical_axes': ('embed', 'mlp')})
         >>> p
-        Param(f32[3,4], trainable=True, metadata={'logical_axes': ('embed', 'mlp')})
+        Param(float32[3,4], trainable=True, metadata={'logical_axes': ('embed', 'mlp')})
         >>> p.shape, p.logical_axes
         ((3, 4), ('embed', 'mlp'))
     """
@@ -229,11 +217,9 @@ class Param:
 
     def __repr__(self) -> str:
         meta = f", metadata={self.metadata!r}" if self.metadata else ""
-        return f"Param({_short(self.value)}, trainable={self.trainable}{meta})"
+        return f"Param({dtype_shape(self.value)}, trainable={self.trainable}{meta})"
 
     def __treescope_repr__(self, path: str | None, subtree_renderer: Any) -> Any:
-        from ._display import param_treescope  # treescope is an optional extra
-
         return param_treescope(self, path, subtree_renderer)
 
 
@@ -373,7 +359,7 @@ class Params(Mapping[Path, Param]):
         >>> import jax, jax.numpy as jnp
         >>> params = Params({('net', 'w'): jnp.ones(2)})
         >>> params[('net', 'w')]
-        Param(f32[2], trainable=True)
+        Param(float32[2], trainable=True)
         >>> [jax.tree_util.keystr(k) for k, _ in jax.tree_util.tree_leaves_with_path(params)]
         ["['net/w']"]
     """
@@ -608,20 +594,17 @@ class Params(Mapping[Path, Param]):
     def __repr__(self) -> str:
         lock = ", locked" if self.is_locked else ""
         body = ", ".join(
-            f"{format_path(p)}: {_short(v)}" for p, v in zip(self._struct.paths[:6], self._values)
+            f"{format_path(p)}: {dtype_shape(v)}"
+            for p, v in zip(self._struct.paths[:6], self._values)
         )
         more = f", ... ({len(self) - 6} more)" if len(self) > 6 else ""
         return f"Params({{{body}{more}}}{lock})"
 
     def _repr_html_(self) -> str:
         """The notebook view: the paths as a tree with shapes, sizes and trainable flags."""
-        from ._html import params_html  # it imports this module
-
         return params_html(self)
 
     def __treescope_repr__(self, path: str | None, subtree_renderer: Any) -> Any:
-        from ._display import params_treescope  # treescope is an optional extra
-
         return params_treescope(self, path, subtree_renderer)
 
 

@@ -2,12 +2,15 @@
 
 The one place that touches JAX internals (``core_primitives.compat``), a helper for identity-like
 custom primitives, a jaxpr interpreter that recurses through higher-order primitives, keyed pytree
-dataclasses, tuple-path helpers, error-message helpers and the protocols sibling packages share.
+dataclasses, tuple-path helpers, error-message helpers, the display helpers (``dtype_shape``,
+``html_tree``) and the protocols sibling packages share.
 """
 
 from . import compat as compat
 from ._dataclass import field as field
 from ._dataclass import pytree_dataclass as pytree_dataclass
+from ._display import dtype_shape as dtype_shape
+from ._display import html_tree as html_tree
 from ._errors import did_you_mean as did_you_mean
 from ._errors import format_problems as format_problems
 from ._errors import got_expected as got_expected

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from core_primitives import tree_paths
+from core_primitives import dtype_shape, tree_paths
 
 from ._logdict import logdict
 from ._loggers import HostLogger
@@ -33,7 +33,7 @@ def summarize(x: np.ndarray, precision: int = 4) -> str:
     x = np.asarray(x)
     if x.size == 1:
         return _number(x.reshape(()).item(), precision)
-    head = f"{x.dtype.name}[{','.join(str(d) for d in x.shape)}]"
+    head = dtype_shape(x)
     if x.size == 0 or not np.issubdtype(x.dtype, np.number):
         return head
     stats = {"mean": np.mean(x), "min": np.min(x), "max": np.max(x)}
@@ -87,7 +87,7 @@ def _line(head: str, cells: list[str]) -> str:
 def _events_summary(x: np.ndarray, precision: int) -> str:
     n = x.shape[0]
     if n == 0:
-        return f"[0 events] {x.dtype.name}[{','.join(str(d) for d in x.shape)}]"
+        return f"[0 events] {dtype_shape(x)}"
     return f"[{n} events] " + summarize(x, precision)
 
 

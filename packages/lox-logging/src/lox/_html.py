@@ -14,22 +14,9 @@ from typing import Any
 import jax
 import numpy as np
 
-_STYLE = """
-<style>
-.lox-logdict { font-family: ui-sans-serif, system-ui, sans-serif; font-size: 13px;
-  line-height: 1.45; color: inherit; }
-.lox-logdict .lx-head { font-weight: 600; margin-bottom: 4px; }
-.lox-logdict .lx-sum { color: #6e7781; margin-left: 8px; font-weight: 400; }
-.lox-logdict details { margin-left: 14px; }
-.lox-logdict summary { cursor: pointer; font-weight: 600; font-family: ui-monospace, monospace; }
-.lox-logdict table { border-collapse: collapse; margin: 2px 0 4px 18px; }
-.lox-logdict td { padding: 1px 10px 1px 0; vertical-align: middle; text-align: left; }
-.lox-logdict td.lx-name, .lox-logdict td.lx-kind { font-family: ui-monospace, monospace; }
-.lox-logdict td.lx-num { text-align: right; color: #6e7781; }
-.lox-logdict td.lx-steps { color: #6e7781; font-family: ui-monospace, monospace; }
-.lox-logdict polyline { fill: none; stroke: #0969da; stroke-width: 1.2; }
-</style>
-"""
+from core_primitives import dtype_shape, html_tree
+
+Cell = tuple[str, str]
 
 
 def _host(leaf: Any) -> np.ndarray | None:
@@ -38,13 +25,6 @@ def _host(leaf: Any) -> np.ndarray | None:
         return np.asarray(leaf)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
         return None
-
-
-def _kind(leaf: Any) -> str:
-    dtype, shape = getattr(leaf, "dtype", None), getattr(leaf, "shape", None)
-    if dtype is None or shape is None:
-        return type(leaf).__name__
-    return f"{np.dtype(dtype).name}[{','.join(str(d) for d in shape[1:])}]"
 
 
 def _sparkline(values: np.ndarray) -> str:
@@ -88,44 +68,30 @@ def _steps(steps: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _row(name: str, value: Any, steps: dict[str, Any]) -> str:
+def _row(key: str, value: Any, steps: dict[str, Any]) -> tuple[tuple[str, ...], list[Cell]]:
     leaves = jax.tree.leaves(value)
-    kinds = ", ".join(_kind(leaf) for leaf in leaves)
+    kinds = ", ".join(dtype_shape(leaf, drop_leading=1) for leaf in leaves)
     events = getattr(leaves[0], "shape", (0,))[0] if leaves else 0
     last, line = _last_and_line(value)
     cells = [
-        f'<td class="lx-name">{html.escape(name)}</td>',
-        f'<td class="lx-kind">{html.escape(kinds)}</td>',
-        f'<td class="lx-num">{events} event{"" if events == 1 else "s"}</td>',
-        f'<td class="lx-steps">{html.escape(_steps(steps))}</td>',
-        f'<td class="lx-num">{html.escape(last)}</td>',
-        f"<td>{line}</td>",
+        ("kind", html.escape(kinds)),
+        ("num", f"{events} event{'' if events == 1 else 's'}"),
+        ("meta", html.escape(_steps(steps))),
+        ("num", html.escape(last)),
+        ("", line),
     ]
-    return f"<tr>{''.join(cells)}</tr>"
+    return _path(key), cells
 
 
-class _Group:
-    """Keys sharing a ``/``-separated prefix: rows here, and sub-groups, in key order."""
+def _path(key: str) -> tuple[str, ...]:
+    """``'train/loss'`` as the group ``train/`` and the row ``loss``.
 
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, str]] = []  # (shown name, full key)
-        self.groups: dict[str, _Group] = {}
-
-    def add(self, key: str) -> None:
-        # A key with no inner "/" ("loss", "/x", "x/") is one row under its full name.
-        *prefix, name = key.split("/") if "/" in key.strip("/") else [key]
-        group = self
-        for part in prefix:
-            group = group.groups.setdefault(part, _Group())
-        group.rows.append((name, key))
-
-    def html(self, logs: Any) -> str:
-        rows = "".join(_row(name, logs[key], logs.steps[key]) for name, key in self.rows)
-        table = f"<table>{rows}</table>" if rows else ""
-        return table + "".join(
-            f"<details open><summary>{html.escape(name)}/</summary>{group.html(logs)}</details>"
-            for name, group in self.groups.items()
-        )
+    A key with no inner ``/`` (``loss``, ``/x``, ``x/``) is one row under its full name.
+    """
+    if "/" not in key.strip("/"):
+        return (key,)
+    *groups, name = key.split("/")
+    return (*(f"{g}/" for g in groups), name)
 
 
 def logdict_html(logs: Any) -> str:
@@ -136,11 +102,8 @@ def logdict_html(logs: Any) -> str:
         >>> logs = lox.logdict({'train/loss': jnp.array([3.0, 2.0])},
         ...                    steps={'train/loss': {'step': jnp.array([0, 1])}})
         >>> page = logdict_html(logs)
-        >>> '<summary>train/</summary>' in page and 'step 0…1' in page
+        >>> '<span class="cp-node">train/</span>' in page and 'step 0…1' in page
         True
     """
-    root = _Group()
-    for key in logs:
-        root.add(key)
-    head = f'<div class="lx-head">logdict<span class="lx-sum">{len(logs)} keys</span></div>'
-    return f'{_STYLE}<div class="lox-logdict">{head}{root.html(logs)}</div>'
+    rows = [_row(key, logs[key], logs.steps[key]) for key in logs]
+    return html_tree(rows, head=f'logdict<span class="cp-sum">{len(logs)} keys</span>')

@@ -11,6 +11,7 @@ import numpy as np
 
 from core_primitives import did_you_mean, list_alternatives
 
+from ._html import logdict_html
 from ._logdict_checks import (
     PyTree,
     Steps,
@@ -250,8 +251,6 @@ class logdict(Mapping[str, PyTree]):
 
     def _repr_html_(self) -> str:
         """The notebook view: keys as a tree, shapes, events, steps and last values."""
-        from ._html import logdict_html  # kept apart: display is not the container's concern
-
         return logdict_html(self)
 
     # -- algebra -----------------------------------------------------------------------------

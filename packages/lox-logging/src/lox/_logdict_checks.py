@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from core_primitives import did_you_mean, list_alternatives
+from core_primitives import did_you_mean, dtype_shape, list_alternatives
 
 PyTree = Any
 Steps = dict[str, dict[str, Any]]
@@ -25,14 +25,6 @@ def shape_of(x: Any) -> tuple[int, ...]:
 def _dtype_name(x: Any) -> str:
     dtype = getattr(x, "dtype", None)
     return np.dtype(dtype).name if dtype is not None else type(x).__name__
-
-
-def _short(x: Any, *, drop_event_axis: bool = False) -> str:
-    """``float32[3,4]`` for an array-like leaf; ``repr`` for anything else."""
-    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-        return repr(x)
-    shape = shape_of(x)[1:] if drop_event_axis else shape_of(x)
-    return f"{_dtype_name(x)}[{','.join(str(d) for d in shape)}]"
 
 
 class _Shown:
@@ -55,7 +47,7 @@ def show_tree(tree: PyTree, *, per_event: bool = False) -> str:
         >>> show_tree({'w': np.zeros((3, 2), np.float32)}, per_event=True)
         "{'w': float32[2]}"
     """
-    shown = jax.tree.map(lambda x: _Shown(_short(x, drop_event_axis=per_event)), tree)
+    shown = jax.tree.map(lambda x: _Shown(dtype_shape(x, drop_leading=int(per_event))), tree)
     return repr(shown)
 
 
@@ -87,7 +79,7 @@ def _num_events(key: str, what: str, tree: PyTree) -> set[int]:
     for leaf in jax.tree.leaves(tree):
         if np.ndim(leaf) == 0:
             raise ValueError(
-                f"logdict: {what} of key {key!r} has a 0-d leaf ({_short(leaf)}), but every "
+                f"logdict: {what} of key {key!r} has a 0-d leaf ({dtype_shape(leaf)}), but every "
                 "entry needs a leading event axis (one row per logged event). Add one with "
                 "`x[None]`, or record values with `lox.log` and collect them with `lox.spool`."
             )
@@ -106,7 +98,7 @@ def _check_steps(key: str, steps: Mapping[str, Any]) -> None:
         if dtype is None or not np.issubdtype(np.dtype(dtype), np.integer):
             raise TypeError(
                 f"logdict: step {name!r} of key {key!r} must be an integer array, got "
-                f"{_short(value)}. Steps are counters (step, epoch); cast them with "
+                f"{dtype_shape(value)}. Steps are counters (step, epoch); cast them with "
                 "`jnp.asarray(x, jnp.int32)`."
             )
 
