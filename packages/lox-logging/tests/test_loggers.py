@@ -13,6 +13,7 @@ import pytest
 import lox
 from lox import (
     ConsoleLogger,
+    HostLogger,
     Logger,
     LoggerState,
     MultiLogger,
@@ -21,9 +22,6 @@ from lox import (
     load,
     logdict,
 )
-from lox._console import render, summarize
-from lox._loggers import HostLogger
-from lox._wandb import rows
 
 
 def tolist(tree):
@@ -139,16 +137,34 @@ def test_log_argument_errors():
 # -- ConsoleLogger -------------------------------------------------------------------------------
 
 
-def test_summarize_scalars_arrays_and_odd_dtypes():
-    assert summarize(np.float32(0.123456)) == "0.1235"
-    assert summarize(np.array([7], np.int32)) == "7"
-    assert summarize(np.array(True)) == "True"
-    assert summarize(np.arange(4.0).reshape(2, 2)) == "float64[2,2](mean=1.5 min=0 max=3)"
-    assert summarize(np.array([True, False])) == "bool[2]"
-    assert summarize(np.zeros((0, 2))) == "float64[0,2]"
+def console_lines(logs):
+    """The lines a ConsoleLogger prints for ``logs`` (one run, logged eagerly)."""
+    lines = []
+    logger = ConsoleLogger(print_fn=lines.append)
+    state = logger.log(logger.init(), logs)
+    logger.finish(state)
+    return lines
 
 
-def test_render_groups_by_steps_and_names_pytree_leaves():
+def test_console_summarises_scalars_arrays_and_odd_dtypes():
+    # One event per key: each value below is one event of the shape in the comment.
+    logs = logdict(
+        {
+            "f": np.array([0.123456], np.float32),  # ()
+            "i": np.array([[7]], np.int32),  # (1,): one element shows as a number
+            "b": np.array([True]),  # ()
+            "m": np.arange(4.0).reshape(1, 2, 2),  # (2, 2)
+            "v": np.array([[True, False]]),  # (2,) of bool: no statistics
+            "e": np.zeros((1, 0, 2)),  # (0, 2): empty
+        }
+    )
+    assert console_lines(logs) == [
+        "b=True | e=float64[0,2] | f=0.1235 | i=7 | m=float64[2,2](mean=1.5 min=0 max=3) | "
+        "v=bool[2]"
+    ]
+
+
+def test_console_groups_by_steps_and_names_pytree_leaves():
     logs = logdict(
         {
             "loss": np.array([2.0, 1.0], np.float32),
@@ -158,7 +174,7 @@ def test_render_groups_by_steps_and_names_pytree_leaves():
         },
         {"loss": {"step": np.array([0, 1])}, "p": {"step": np.array([0, 1])}},
     )
-    assert render(logs) == [
+    assert console_lines(logs) == [
         "step=0 | loss=2 | p/w=float32[3](mean=1 min=1 max=1)",
         "step=1 | loss=1 | p/w=float32[3](mean=1 min=1 max=1)",
         "once=4",
@@ -210,7 +226,22 @@ def test_save_logger_one_folder_per_run_and_resume(tmp_path):
 # -- WandbLogger ---------------------------------------------------------------------------------
 
 
-def test_wandb_rows_group_by_steps_and_index():
+class RecordingRun:
+    def __init__(self):
+        self.rows = []
+
+    def log(self, row):
+        self.rows.append(row)
+
+    def finish(self):
+        pass
+
+
+def test_wandb_rows_group_by_steps_and_index(monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    run = RecordingRun()
+    monkeypatch.setattr(wandb, "init", lambda **kw: run)
+    monkeypatch.setattr(wandb, "Histogram", lambda x: ("hist", x.shape))
     logs = logdict(
         {
             "a": np.array([1.0, 2.0]),
@@ -220,8 +251,9 @@ def test_wandb_rows_group_by_steps_and_index():
         },
         {"a": {"step": np.array([0, 1])}, "p": {"step": np.array([1, 2])}},
     )
-    out = rows(logs, histogram=lambda x: ("hist", x.shape))
-    assert out == [
+    logger = WandbLogger(project="x")
+    logger.finish(logger.log(logger.init(), logs))
+    assert run.rows == [
         {"step": 0, "a": 1.0},
         {"step": 1, "a": 2.0, "p/w": 5.0},
         {"b": 3, "h": ("hist", (3,))},
@@ -435,7 +467,7 @@ def test_save_logger_flush_every_buffers_until_finish(tmp_path):
 
 def test_state_from_a_sharded_jit_feeds_the_next_call():
     if jax.device_count() < 2:
-        pytest.skip("needs several devices (the lox conftest fakes 8 CPUs)")
+        pytest.skip("needs several devices (the root conftest fakes 8 CPUs)")
     mesh = jax.make_mesh((jax.device_count(),), ("d",), axis_types=(jax.sharding.AxisType.Auto,))
     spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "d"))
     values = jax.device_put(jnp.ones((1, 2 * jax.device_count())), spec)

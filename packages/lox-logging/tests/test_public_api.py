@@ -5,6 +5,7 @@ import lox
 EXPECTED = {
     "ConsoleLogger",
     "DamagedSaveError",
+    "HostLogger",
     "LogStructureError",
     "Logger",
     "LoggerState",
@@ -15,6 +16,7 @@ EXPECTED = {
     "load",
     "log",
     "logdict",
+    "lox_p",
     "save",
     "spool",
     "strip",

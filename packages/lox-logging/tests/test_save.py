@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from core_primitives import pytree_dataclass
-from lox import _save, load, logdict, save
+from lox import load, logdict, save
 
 
 def tolist(tree):
@@ -96,11 +97,12 @@ def test_append_concatenates_and_never_rewrites_old_chunks(tmp_path):
 
 
 def test_append_new_keys_and_reread_index(tmp_path):
-    save(logdict({"a": jnp.zeros(1)}), tmp_path)
-    _save._CACHE.clear()  # as if another process appended: the index is read from disk
-    save(logdict({"b": jnp.ones(2), "a": jnp.ones(1)}), tmp_path)
-    save(logdict({"a": jnp.full(1, 2.0)}), os.path.join(tmp_path, "."))  # another spelling
-    back = load(tmp_path)
+    save(logdict({"a": jnp.zeros(1)}), tmp_path / "first")
+    # A save this process never wrote (as if another process had): its index is read from disk.
+    target = shutil.copytree(tmp_path / "first", tmp_path / "copy")
+    save(logdict({"b": jnp.ones(2), "a": jnp.ones(1)}), target)
+    save(logdict({"a": jnp.full(1, 2.0)}), os.path.join(target, "."))  # another spelling
+    back = load(target)
     assert tolist(back["a"]) == [0.0, 1.0, 2.0]
     assert tolist(back["b"]) == [1.0, 1.0]
 
@@ -144,7 +146,6 @@ def test_interrupted_append_is_ignored_then_repaired(tmp_path):
     save(logdict({"x": jnp.array([1.0])}), tmp_path)
     with open(tmp_path / "lox-index.jsonl", "ab") as fh:
         fh.write(b'{"chunk": 1, "file": "chunks/000')  # a crash mid-line
-    _save._CACHE.clear()
     assert tolist(load(tmp_path)["x"]) == [1.0]
     save(logdict({"x": jnp.array([2.0])}), tmp_path)
     assert tolist(load(tmp_path)["x"]) == [1.0, 2.0]

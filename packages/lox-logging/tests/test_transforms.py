@@ -11,14 +11,13 @@ import pytest
 from jax import lax
 
 import lox
-from lox._log import lox_p
 
 
 def _site_count(f, *args):
     def count(jaxpr):
         n = 0
         for e in jaxpr.eqns:
-            n += e.primitive is lox_p
+            n += e.primitive is lox.lox_p
             for sub in (
                 jax.core.jaxprs_in_params(e.params) if hasattr(jax.core, "jaxprs_in_params") else []
             ):

@@ -9,7 +9,9 @@ from ._console import ConsoleLogger as ConsoleLogger
 from ._events import LogStructureError as LogStructureError
 from ._export import to_csv as to_csv
 from ._log import log as log
+from ._log import lox_p as lox_p
 from ._logdict import logdict as logdict
+from ._loggers import HostLogger as HostLogger
 from ._loggers import Logger as Logger
 from ._loggers import LoggerState as LoggerState
 from ._loggers import MultiLogger as MultiLogger

@@ -34,6 +34,14 @@ lox_p = identity_primitive(
     differentiated_effect=compat.make_effect("LoxSiteEffect"),
     recompute_params=lambda p: {**p, "recomputed": True},  # remat's copy is not a new event
 )
+"""The primitive a ``lox.log`` site binds, one equation per logged key.
+
+Public so that code outside lox can recognise log sites in a jaxpr, e.g. to check that
+``lox.strip`` left none, or to key a ``core_primitives.Interpreter`` rule on them. The
+equation's params (key name, tags, step names, batching bookkeeping) are lox's own and may
+change between versions; select sites with ``names=``/``tags=`` of ``spool``/``tap``/``strip``.
+docs/lox.md ("Removing logs") counts the sites of a function this way.
+"""
 compat.register_batching_always(lox_p, _batch)
 
 

@@ -160,8 +160,38 @@ def warn(message: str) -> None:
 
 
 class HostLogger(Logger):
-    """A logger whose runs are host objects; subclasses fill in ``open_run``/``write_run``/
-    ``close_run``. The state is a :class:`LoggerState` holding the run id."""
+    """The base of your own logger when its runs live on the host (a file, a socket, a service).
+
+    Fill in three hooks, each called on the host with NumPy values: ``open_run(run, key)``
+    returns a handle for run number ``run`` (0, 1, ... per logger), ``write_run(handle, run,
+    logs)`` records one run's ``logdict`` (no batch axis), ``close_run(handle, run)`` ends it.
+    ``HostLogger`` makes them a pure ``init``/``log``/``finish`` logger: the state is a
+    :class:`LoggerState` holding the run id, ``log`` works eagerly and under ``jit``, ``scan``
+    and ``vmap`` (one run per lane) and keeps the order of the calls, and ``tap`` streams to
+    ``write_run``. ``ConsoleLogger``, ``SaveLogger`` and ``WandbLogger`` are built this way.
+
+    Hooks run inside JAX callbacks: an exception there stops the computation, so a logger that
+    must never stop training catches its own errors (as ``WandbLogger`` does).
+
+    Example:
+        >>> import jax, jax.numpy as jnp, lox
+        >>> class LossList(lox.HostLogger):  # each run's losses in a list, printed at the end
+        ...     def open_run(self, run, key):
+        ...         return []
+        ...     def write_run(self, handle, run, logs):
+        ...         handle.extend(logs['loss'].tolist())
+        ...     def close_run(self, handle, run):
+        ...         print(f'run {run}: {handle}')
+        >>> logger = LossList()
+        >>> @jax.jit
+        ... def step(state, loss):
+        ...     return logger.log(state, lox.logdict({'loss': loss[None]}))
+        >>> state = logger.init()
+        >>> state = step(state, jnp.float32(0.5))
+        >>> state = step(state, jnp.float32(0.25))
+        >>> logger.finish(state)
+        run 0: [0.5, 0.25]
+    """
 
     def __init__(self) -> None:
         self._runs: dict[int, Any] = {}
