@@ -1,17 +1,31 @@
-"""Shared by every test folder: meshes shaped by the devices present, and `min_devices`.
+"""The test environment every test folder shares, set up once here.
 
-On CPU the package conftests ask for 8 fake devices (`XLA_FLAGS`, overridable), so the CPU default
-stays a (2, 4) data x model grid; on a real machine (1 or 8 GPUs, a TPU v4-8's 4 chips) the same
-tests build the grid the devices allow. Tests that cannot mean anything on fewer devices carry
-`@pytest.mark.min_devices(n)` and are skipped with the reason. The wheels session copies this file
-next to the copied tests folders, so installed wheels are tested the same way.
+Environment, set before anything imports JAX (pytest loads this file before any test module or
+package conftest): 8 fake CPU devices (`XLA_FLAGS`), the CPU platform (`JAX_PLATFORMS`) and
+wandb off the network (`WANDB_MODE=disabled`). Each is a default: a value the caller set wins,
+so `XLA_FLAGS=--xla_force_host_platform_device_count=2 pytest ...` runs on 2 devices and the
+accelerator sessions (`JAX_PLATFORMS=""`) reach their GPU or TPU.
 
-JAX is imported lazily here: this file loads before a package conftest sets `XLA_FLAGS`.
+Meshes shaped by the devices present, and `min_devices`: on CPU the 8 fake devices make the
+default a (2, 4) data x model grid; on a real machine (1 or 8 GPUs, a TPU v4-8's 4 chips) the
+same tests build the grid the devices allow. Tests that cannot mean anything on fewer devices
+carry `@pytest.mark.min_devices(n)` and are skipped with the reason.
+
+Every way the tests run loads this file: `pytest` from the repository root (every nox session
+runs there, `floors` and `integration` included, and the docs session's doctests), and the
+`wheels` session copies it next to the copied tests folders (`--confcutdir`), so installed
+wheels are tested the same way. JAX is imported lazily, inside the hooks, for the same reason.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("WANDB_MODE", "disabled")
 
 
 def pytest_configure(config: pytest.Config) -> None:

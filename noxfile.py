@@ -334,7 +334,7 @@ def _accelerator_session(session: nox.Session, kind: str, extra: str) -> None:
     _require_accelerator(session, kind)
     jax = _locked_version("jax")
     _matrix_install(session, [f"jax[{extra}]=={jax}"])
-    # JAX_PLATFORMS="" lets JAX pick the accelerator; the conftests only set it when unset. The
+    # JAX_PLATFORMS="" lets JAX pick the accelerator; the root conftest only sets it when unset. The
     # tests compare float32 results tightly, as on CPU: no TF32/bf16 passes in float32 matmuls.
     env = {**ENV, "JAX_PLATFORMS": "", "JAX_DEFAULT_MATMUL_PRECISION": "highest"}
     probe = (
@@ -428,8 +428,8 @@ def _check_wheel(session: nox.Session, pkg: str, dist: Path, tmp: Path) -> None:
     tests = tmp / f"tests-{pkg}"
     shutil.rmtree(tests, ignore_errors=True)
     shutil.copytree(ROOT / "packages" / pkg / "tests", tests)
-    # The root conftest (device-shaped meshes, `min_devices`) goes above the copy, and
-    # --confcutdir makes pytest load it from there.
+    # The root conftest (the shared test environment, device-shaped meshes, `min_devices`) goes
+    # above the copy, and --confcutdir makes pytest load it from there.
     shutil.copy(ROOT / "conftest.py", tmp / "conftest.py")
     confcut = ["--confcutdir", str(tmp)]
     session.run(py, "-m", *PYTEST, *confcut, str(tests), env=ENV, external=True)

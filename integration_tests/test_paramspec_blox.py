@@ -1,13 +1,9 @@
 """paramspec shards blox ``Params`` whose params carry ``logical_axes`` metadata.
 
 paramspec never imports blox: they meet through ``core_primitives.HasLogicalAxes``. The mesh spans
-every device the session has (8 when run with the repository's XLA_FLAGS, 1 otherwise), so the
-expected shard shapes are computed from the device count.
+every device the session has (8 fake CPU devices by the root conftest's default, whatever a real
+machine has otherwise), so the expected shard shapes are computed from the device count.
 """
-
-import os
-
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import jax
 import jax.numpy as jnp

@@ -1,10 +1,4 @@
-"""Test environment: 8 fake CPU devices (set before JAX initialises), wandb off, small configs."""
-
-import os
-
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ.setdefault("WANDB_MODE", "disabled")
+"""Small configs and runs for the gpt tests (the environment is the root conftest's)."""
 
 import dataclasses
 
