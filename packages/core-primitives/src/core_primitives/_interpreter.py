@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import PartitionSpec
+from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 
 from . import compat
 from ._interpreter_errors import (
@@ -242,7 +242,9 @@ class Interpreter:
             "fori_loop with static bounds), or a transformation that does not emit."
         )
 
-    def shard_map_exit(self, emitted: list[Any], *, axes: tuple[str, ...], mesh: Any) -> list:
+    def shard_map_exit(
+        self, emitted: list[Any], *, axes: tuple[str, ...], mesh: Mesh | AbstractMesh
+    ) -> list:
         """After a shard_map; each leaf gained a leading axis over ``axes`` (one row per shard)."""
         return emitted
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import jax
+from jax.sharding import AbstractMesh, Mesh
 
 from core_primitives import Context, Interpreter
 
@@ -68,7 +69,9 @@ class LogInterpreter(Interpreter):
     def scan_exit(self, emitted: list[Any], *, length: int, reverse: bool) -> list[Any]:
         return [_events.fold_leading(e) for e in emitted]
 
-    def shard_map_exit(self, emitted: list[Any], *, axes: tuple[str, ...], mesh: Any) -> list:
+    def shard_map_exit(
+        self, emitted: list[Any], *, axes: tuple[str, ...], mesh: Mesh | AbstractMesh
+    ) -> list:
         return [_events.fold_leading(e) for e in emitted]
 
     def cond_mismatch(self, branches: list[Any]) -> NoReturn:

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
 from core_primitives import format_path, keypath_to_path
 
@@ -182,7 +183,7 @@ def _initialize(args: dict[str, Any]) -> None:
         ) from err
 
 
-def make_global_batch(local_batch: Any, logical_axes: Any, mesh: Any, rules: Any) -> Any:
+def make_global_batch(local_batch: Any, logical_axes: Any, mesh: Mesh, rules: Any) -> Any:
     """Assemble each process's share of a batch into global arrays sharded over ``mesh``.
 
     Every process calls it with its own rows (e.g. ``global_batch // jax.process_count()`` of
@@ -247,7 +248,7 @@ def _batch_axes(logical_axes: Any) -> tuple[Any, ...]:
 
 
 def _leaf_spec(
-    where: str, axes: tuple[Any, ...], shape: tuple[int, ...], mesh: Any, rules: Any
+    where: str, axes: tuple[Any, ...], shape: tuple[int, ...], mesh: Mesh, rules: Any
 ) -> Any:
     ndim = len(shape)
     if len(axes) > ndim:
@@ -266,7 +267,7 @@ def _leaf_spec(
 
 
 def _local_divisibility(
-    where: str, dim: int, name: Any, size: int, entry: Any, mesh: Any
+    where: str, dim: int, name: Any, size: int, entry: Any, mesh: Mesh
 ) -> list[str]:
     if entry is None:
         return []
@@ -282,7 +283,7 @@ def _local_divisibility(
     ]
 
 
-def _local_shard_count(mesh: Any, mesh_axes: tuple[str, ...]) -> int:
+def _local_shard_count(mesh: Mesh, mesh_axes: tuple[str, ...]) -> int:
     """How many distinct shards along ``mesh_axes`` this process's devices hold."""
     local = np.vectorize(lambda d: d.process_index == jax.process_index())(mesh.devices)
     columns = [list(mesh.axis_names).index(a) for a in mesh_axes]

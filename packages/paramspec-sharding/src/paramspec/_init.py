@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
+from jax.sharding import Mesh, NamedSharding
 
 from core_primitives import (
     compat,
@@ -134,7 +134,7 @@ def _describe(x: Any) -> str:
 
 
 def _leaf_shardings(
-    fn: str, paths: list[str], leaves: list[Any], mesh: Any, rules: Any
+    fn: str, paths: list[str], leaves: list[Any], mesh: Mesh, rules: Any
 ) -> list[Any]:
     check_mesh(fn, mesh)
     rules = as_rules(rules)
@@ -159,7 +159,7 @@ def _per_carrier(carrier: Any, value: Any) -> Any:
     return jax.tree.map(lambda _: value, carrier)
 
 
-def shardings(specs: Any, mesh: Any, rules: Any) -> Any:
+def shardings(specs: Any, mesh: Mesh, rules: Any) -> Any:
     """The ``NamedSharding`` of every parameter, as a tree shaped like ``specs``.
 
     Every leaf must carry logical axes: a :class:`paramspec.ParamSpec`, or any object with
@@ -192,7 +192,7 @@ def shardings(specs: Any, mesh: Any, rules: Any) -> Any:
     return flat.rebuild(_leaf_shardings("shardings()", flat.paths, flat.carriers, mesh, rules))
 
 
-def abstract(specs: Any, mesh: Any, rules: Any) -> Any:
+def abstract(specs: Any, mesh: Mesh, rules: Any) -> Any:
     """``jax.ShapeDtypeStruct``s with shardings, shaped like ``specs``: targets for orbax restore.
 
     Restoring a checkpoint onto these places every array straight into this mesh's layout, even
@@ -228,7 +228,7 @@ def abstract(specs: Any, mesh: Any, rules: Any) -> Any:
     return flat.rebuild(structs)
 
 
-def init(specs: Any, key: Any, mesh: Any, rules: Any) -> Any:
+def init(specs: Any, key: Any, mesh: Mesh, rules: Any) -> Any:
     """Create every parameter in one jitted computation, directly in its sharded layout.
 
     Each device computes only its own shards (``out_shardings``), so no full copy of the
@@ -270,7 +270,7 @@ def init(specs: Any, key: Any, mesh: Any, rules: Any) -> Any:
     return flat.rebuild(program(key), per_carrier=False)
 
 
-def init_sharded(fn: Any, key: Any, mesh: Any, rules: Any) -> Any:
+def init_sharded(fn: Any, key: Any, mesh: Mesh, rules: Any) -> Any:
     """Run an init function ``fn(key) -> params`` in one ``jit``, each output in its sharded layout.
 
     For params built by code rather than described by specs, e.g. a blox model's first call: the

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Self
 
+from jax.sharding import Mesh
+
 from ._init import abstract, init, shardings
 
 
@@ -47,16 +49,16 @@ class ParamInitializer:
         )
 
     @classmethod
-    def init(cls, cfg: Any, key: Any, mesh: Any, rules: Any) -> Self:
+    def init(cls, cfg: Any, key: Any, mesh: Mesh, rules: Any) -> Self:
         """``paramspec.init(cls.param_specs(cfg), key, mesh, rules)``."""
         return init(cls.param_specs(cfg), key, mesh, rules)  # type: ignore[no-any-return]
 
     @classmethod
-    def shardings(cls, cfg: Any, mesh: Any, rules: Any) -> Self:
+    def shardings(cls, cfg: Any, mesh: Mesh, rules: Any) -> Self:
         """``paramspec.shardings(cls.param_specs(cfg), mesh, rules)``."""
         return shardings(cls.param_specs(cfg), mesh, rules)  # type: ignore[no-any-return]
 
     @classmethod
-    def abstract(cls, cfg: Any, mesh: Any, rules: Any) -> Self:
+    def abstract(cls, cfg: Any, mesh: Mesh, rules: Any) -> Self:
         """``paramspec.abstract(cls.param_specs(cfg), mesh, rules)``."""
         return abstract(cls.param_specs(cfg), mesh, rules)  # type: ignore[no-any-return]

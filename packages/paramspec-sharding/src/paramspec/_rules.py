@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from core_primitives import did_you_mean, format_problems, list_alternatives
 
@@ -77,7 +77,11 @@ class Rules(Mapping[str, MeshAxes]):
 
 
 def check_mesh(fn: str, mesh: Any) -> None:
-    """Fail early, with the fix, when something else was passed where the mesh goes."""
+    """Fail early, with the fix, when something else was passed where the mesh goes.
+
+    ``mesh`` is whatever the caller passed (typed ``Any`` for that reason): the public functions
+    take a ``jax.sharding.Mesh``, and this is where anything else is refused.
+    """
     if not (hasattr(mesh, "axis_names") and hasattr(mesh, "shape")):
         raise TypeError(
             f"{fn}: mesh: got {type(mesh).__name__}, expected a jax.sharding.Mesh, e.g. "
@@ -94,14 +98,14 @@ def check_mesh(fn: str, mesh: Any) -> None:
         )
 
 
-def _mesh_repeats(mesh: Any) -> list[tuple[Any, int]]:
+def _mesh_repeats(mesh: object) -> list[tuple[Any, int]]:
     try:
         return _cached_repeats(mesh)
     except TypeError:  # an unhashable mesh-like object: check it uncached
         return _repeats(mesh)
 
 
-def _repeats(mesh: Any) -> list[tuple[Any, int]]:
+def _repeats(mesh: object) -> list[tuple[Any, int]]:
     devices = getattr(mesh, "devices", None)  # an AbstractMesh has none to repeat
     return [] if devices is None else repeated_devices(devices)
 
@@ -152,7 +156,7 @@ def _normalise_value(name: str, value: Any) -> MeshAxes:
 
 
 def resolve(
-    where: str, logical_axes: Any, shape: tuple[int, ...] | None, mesh: Any, rules: Rules
+    where: str, logical_axes: Any, shape: tuple[int, ...] | None, mesh: Mesh, rules: Rules
 ) -> tuple[PartitionSpec, list[str]]:
     """The ``PartitionSpec`` for one array and every problem found, each line starting ``where``.
 
@@ -183,7 +187,7 @@ def _resolve_dim(
     dim: int,
     axes: tuple[str | None, ...],
     shape: tuple[int, ...] | None,
-    mesh: Any,
+    mesh: Mesh,
     rules: Rules,
     used: dict[str, tuple[str, int]],
     problems: list[str],
@@ -230,7 +234,7 @@ def _unknown_axis(where: str, name: str, dim: int, rules: Rules) -> str:
     )
 
 
-def _missing_mesh_axis(where: str, name: str, axis: str, mesh: Any) -> str:
+def _missing_mesh_axis(where: str, name: str, axis: str, mesh: Mesh) -> str:
     return (
         f"{where}: logical axis {name!r} maps to mesh axis {axis!r}, which the mesh does not "
         f"have. Mesh axes: {list_alternatives(mesh.shape)}.{did_you_mean(axis, mesh.shape)} Fix "
@@ -256,7 +260,7 @@ def _not_divisible(
     )
 
 
-def raise_if_problems(fn: str, mesh: Any, problems: list[str]) -> None:
+def raise_if_problems(fn: str, mesh: Mesh, problems: list[str]) -> None:
     """Raise one ``ShardingError`` listing every problem, or do nothing."""
     if problems:
         mesh_desc = dict(mesh.shape)
@@ -267,7 +271,7 @@ def raise_if_problems(fn: str, mesh: Any, problems: list[str]) -> None:
         )
 
 
-def logical_to_sharding(logical_axes: Any, mesh: Any, rules: Any) -> NamedSharding:
+def logical_to_sharding(logical_axes: Any, mesh: Mesh, rules: Any) -> NamedSharding:
     """The ``NamedSharding`` that ``rules`` give to an array with these logical axes on ``mesh``.
 
     Args:
@@ -296,7 +300,7 @@ def logical_to_sharding(logical_axes: Any, mesh: Any, rules: Any) -> NamedShardi
     return NamedSharding(mesh, spec)
 
 
-def constrain(x: jax.Array, logical_axes: Any, mesh: Any, rules: Any) -> jax.Array:
+def constrain(x: jax.Array, logical_axes: Any, mesh: Mesh, rules: Any) -> jax.Array:
     """Constrain an activation to the sharding its logical axes get under ``rules``.
 
     Inside ``jax.jit`` this is ``jax.lax.with_sharding_constraint``: it tells XLA where the
