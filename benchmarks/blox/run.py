@@ -108,7 +108,7 @@ holds and unflatten stores the tuple it gets back: one Python call each way, wha
 of parameters. JAX flattens a dict in C++ but sorts its keys every time, and rebuilds it key by
 key. `Param` objects are made only when a parameter is read (`params[path]`, `params.items()`).
 
-Until session 3 each `Param` was its own pytree node (so that `is_leaf=isinstance(x, Param)` and
+Until commit 0325f30 each `Param` was its own pytree node (so that `is_leaf=isinstance(x, Param)` and
 paramspec could stop at it): flatten + unflatten was 2.21x a dict at 200 arrays and 2.26x at
 2,000, and dispatch 1.14x and 1.15-1.24x, because JAX can rebuild a Python object only through a
 callback, one per parameter. paramspec now reads the logical axes of every child from the `Params`

@@ -234,7 +234,7 @@ READING = """
 - Where the peak goes, for `paramspec_init`: the parameters (1.0x; each device's outputs are 1/8
   of them, no full replica ever exists) and the compiled program (about 0.1x here). Nothing else:
   `compiled.memory_analysis()` reports no temporaries.
-- Two things in `paramspec.init` get it there (session 3; it was 2.56x before):
+- Two things in `paramspec.init` get it there (since commit 351b724; it was 2.56x before):
   - JAX lowers threefry on CPU as a rolled 5-step loop whose carry needs about 3x each array's
     bytes of temporaries while it is generated (50 MB per device for the 32768 x 1024 embedding
     sharded 8 ways, for 17 MB of output). paramspec lowers its init with the unrolled threefry
