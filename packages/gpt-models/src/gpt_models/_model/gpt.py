@@ -16,11 +16,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
 import blox as bx
 import paramspec as ps
 
-from ._config import ModelConfig
+from .._config.schema import ModelConfig
+from .._distributed.mesh import RULES, single_device_mesh
 
 Array = jax.Array
 
@@ -375,7 +377,7 @@ def flops_per_token(cfg: ModelConfig) -> float:
     return 6.0 * n_matmul + 12.0 * L * d * cfg.seq_len
 
 
-def init_params(config: Any, key: Any, mesh: Any = None, rules: Any = None) -> bx.Params:
+def init_params(config: Any, key: Any, mesh: Mesh | None = None, rules: Any = None) -> bx.Params:
     """Fresh parameters, created in one jitted computation directly in their sharded layout.
 
     The blox model's first call runs under ``paramspec.init_sharded``: each device computes only
@@ -394,9 +396,23 @@ def init_params(config: Any, key: Any, mesh: Any = None, rules: Any = None) -> b
         >>> init_params(cfg, jax.random.key(0))[("gpt", "model", "embed", "embedding")].shape
         (256, 128)
     """
-    from . import _parallel
-
     cfg = getattr(config, "model", config)
-    mesh = mesh if mesh is not None else _parallel.single_device_mesh()
-    rules = rules if rules is not None else _parallel.RULES
+    mesh = mesh if mesh is not None else single_device_mesh()
+    rules = rules if rules is not None else RULES
     return ps.init_sharded(_init_fn(cfg), key, mesh, rules)  # type: ignore[no-any-return]
+
+
+def abstract_params(cfg: Any, mesh: jax.sharding.Mesh) -> Any:
+    """``ShapeDtypeStruct`` s with shardings for the params alone (what sampling restores).
+
+    ``cfg`` is a :class:`Config` or its ``ModelConfig``.
+
+    Example:
+        >>> import jax
+        >>> from gpt_models import PRESETS, MeshConfig, make_mesh
+        >>> mesh = make_mesh(MeshConfig(data=-1), jax.devices()[:1])
+        >>> abstract = abstract_params(PRESETS["tiny"], mesh)
+        >>> abstract["gpt", "model", "embed", "embedding"].value.shape
+        (256, 128)
+    """
+    return ps.abstract(param_specs(getattr(cfg, "model", cfg)), mesh, RULES)

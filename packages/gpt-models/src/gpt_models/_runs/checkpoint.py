@@ -12,8 +12,8 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
-from ._errors import UsageError
-from ._snapshot import stable_view
+from .._errors import UsageError
+from .snapshot import stable_view
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ import jax
 
 from core_primitives import list_alternatives
 
-from ._checkpoint import Checkpointer
-from ._config import Config, MeshConfig
-from ._config_io import load_config
-from ._errors import UsageError
-from ._parallel import make_mesh
-from ._processes import is_primary
-from ._train import abstract_params
+from .._config.schema import Config, MeshConfig
+from .._config.toml import load_config
+from .._distributed.mesh import make_mesh
+from .._distributed.processes import is_primary
+from .._errors import UsageError
+from .._model.gpt import abstract_params
+from .checkpoint import Checkpointer
 
 
 def new_run_dir(out: str | Path, name: str | None, config_source: str | None) -> Path:

@@ -1,4 +1,4 @@
-"""The train state, the optimizer and the jitted train/eval steps (pure; the loop is in ``_loop.py``).
+"""The train state, the optimizer and the jitted train/eval steps (pure; the loop is in ``loop.py``).
 
 Metrics are not returned by hand: the step calls ``lox.log`` where a value is computed (inside the
 micro-batch scan too) and ``lox.spool`` turns those sites into a second output of the jitted step.
@@ -13,17 +13,16 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
-from jax.sharding import NamedSharding
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import lox
-import paramspec as ps
 from core_primitives import compat, keypath_to_path, pytree_dataclass
 
-from ._config import Config, TrainConfig
-from ._model import init_params, loss_fn, param_specs
-from ._muon import make_muon
-from ._parallel import RULES, activation_constraint
+from .._config.schema import Config, TrainConfig
+from .._distributed.mesh import MICRO_BATCH_AXES, RULES, activation_constraint, batch_sharding
+from .._model.gpt import abstract_params, init_params, loss_fn
+from .muon import make_muon
 
 
 @pytree_dataclass
@@ -93,7 +92,7 @@ def make_optimizer(t: TrainConfig) -> optax.GradientTransformation:
     """Global-norm clipping, then ``train.optimizer`` with the warmup-cosine schedule.
 
     ``adamw``: AdamW, weight decay on matrices only. ``muon``: Muon on the hidden matrices and AdamW
-    on embeddings and norms (see ``_muon.py``).
+    on embeddings and norms (see ``muon.py``).
 
     Raises:
         ConfigError: ``muon`` with an optax that lacks it (the message names the version needed).
@@ -118,11 +117,11 @@ def make_optimizer(t: TrainConfig) -> optax.GradientTransformation:
 # Shardings of the state
 
 
-def _replicated(mesh: Any) -> NamedSharding:
+def _replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
-def _match_param_shardings(tree: Any, params: Any, param_shardings: Any, mesh: Any) -> Any:
+def _match_param_shardings(tree: Any, params: Any, param_shardings: Any, mesh: Mesh) -> Any:
     """Shardings for an optimizer state: a leaf whose path ends with a parameter's path (Adam's
     ``mu``/``nu`` mirror the params) and has its shape gets that parameter's sharding; scalars and
     anything else are replicated."""
@@ -143,21 +142,7 @@ def _match_param_shardings(tree: Any, params: Any, param_shardings: Any, mesh: A
     return jax.tree_util.tree_map_with_path(pick, tree)
 
 
-def abstract_params(cfg: Config, mesh: Any) -> Any:
-    """``ShapeDtypeStruct`` s with shardings for the params alone (what sampling restores).
-
-    Example:
-        >>> import jax
-        >>> from gpt_models import PRESETS, MeshConfig, make_mesh
-        >>> mesh = make_mesh(MeshConfig(data=-1), jax.devices()[:1])
-        >>> abstract = abstract_params(PRESETS["tiny"], mesh)
-        >>> abstract["gpt", "model", "embed", "embedding"].value.shape
-        (256, 128)
-    """
-    return ps.abstract(param_specs(cfg.model), mesh, RULES)
-
-
-def abstract_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Any) -> TrainState:
+def abstract_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh) -> TrainState:
     """``ShapeDtypeStruct`` s with shardings for the whole state: the orbax restore target.
 
     Example:
@@ -210,7 +195,7 @@ def state_shardings(abstract: TrainState) -> TrainState:
     return jax.tree.map(lambda a: a.sharding, abstract)
 
 
-def init_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Any) -> TrainState:
+def init_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh) -> TrainState:
     """A fresh state, every array created directly in its sharded layout.
 
     Example:
@@ -271,18 +256,13 @@ def train_step(
     return TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng)
 
 
-def batch_sharding(mesh: Any) -> NamedSharding:
-    """``(micro_batches, batch, seq)``: the batch axis over data and fsdp, the rest whole."""
-    return NamedSharding(mesh, P(None, ("data", "fsdp"), None))
-
-
 # XLA:CPU only: XNNPACK graph fusion, greedy, runs the matmuls and their neighbouring elementwise ops
 # through XNNPACK; measured +25% tokens/s on the tiny shape (median of interleaved rounds, see
 # benchmarks/gpt/PROFILE.md). A user's XLA_FLAGS naming the option wins.
 _CPU_XNN_OPTION = "xla_cpu_experimental_xnn_graph_fusion_mode"
 
 
-def _compiler_options(mesh: Any) -> dict[str, Any] | None:
+def _compiler_options(mesh: Mesh) -> dict[str, Any] | None:
     if any(d.platform != "cpu" for d in mesh.devices.flat):
         return None
     if _CPU_XNN_OPTION in os.environ.get("XLA_FLAGS", ""):
@@ -293,7 +273,7 @@ def _compiler_options(mesh: Any) -> dict[str, Any] | None:
 
 
 def compile_train_step(
-    cfg: Config, optimizer: optax.GradientTransformation, mesh: Any, abstract: TrainState
+    cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh, abstract: TrainState
 ) -> Any:
     """``step(state, batch) -> (state, logdict)``, jitted, the state donated and kept in place.
 
@@ -318,14 +298,14 @@ def compile_train_step(
     shardings = state_shardings(abstract)
     return jax.jit(
         lox.spool(fn),
-        in_shardings=(shardings, batch_sharding(mesh)),
+        in_shardings=(shardings, batch_sharding(mesh, MICRO_BATCH_AXES)),
         out_shardings=(shardings, _replicated(mesh)),
         donate_argnums=0,
         compiler_options=_compiler_options(mesh),
     )
 
 
-def compile_eval_step(cfg: Config, mesh: Any, params: Any) -> Any:
+def compile_eval_step(cfg: Config, mesh: Mesh, params: Any) -> Any:
     """``eval(params, batch) -> mean loss`` over one ``(batch, seq_len + 1)`` batch, jitted.
 
     ``params`` is the abstract (or concrete) params; their shardings are the step's input shardings.
@@ -346,7 +326,7 @@ def compile_eval_step(cfg: Config, mesh: Any, params: Any) -> Any:
         True
     """
     fn = functools.partial(loss_fn, config=cfg.model, constrain=activation_constraint(mesh))
-    data = NamedSharding(mesh, P(("data", "fsdp"), None))
+    data = batch_sharding(mesh)
     return jax.jit(
         lambda params, batch: fn(params, batch),
         in_shardings=(jax.tree.map(lambda a: a.sharding, params), data),

@@ -1,7 +1,7 @@
 """The ``gpt`` command line: ``gpt train``, ``gpt sample``, ``gpt eval``, ``gpt config show``.
 
 This module is the argument parser and the exit statuses; what each command does is
-``_commands.py``. User mistakes (bad flags, unknown config keys, bad values, missing data, an
+``commands.py``. User mistakes (bad flags, unknown config keys, bad values, missing data, an
 impossible mesh, a missing extra) print one message naming the problem and the valid choices and
 exit with status 2, without a traceback (a run folder another process is training in counts too).
 Other exit statuses: 1 training diverged; 3 a multi-process run could not start (``--init-timeout``)
@@ -146,17 +146,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = _parser().parse_args(argv)
     if args.command != "config":
-        from ._host_memory import tune_host_allocator_for_cli
+        from .._training.host_memory import tune_host_allocator_for_cli
 
         tune_host_allocator_for_cli()  # before the command starts JAX (see tune_host_allocator)
-    from . import _commands
-    from ._errors import TrainingDivergedError, UsageError
+    from .._errors import TrainingDivergedError, UsageError
+    from .commands import config_show_command, eval_command, sample_command, train_command
 
     command = {
-        "train": _commands.train,
-        "sample": _commands.sample,
-        "eval": _commands.evaluate,
-        "config": _commands.show_config,
+        "train": train_command,
+        "sample": sample_command,
+        "eval": eval_command,
+        "config": config_show_command,
     }[args.command]
     try:
         return command(args)

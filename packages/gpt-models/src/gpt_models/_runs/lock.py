@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from ._errors import UsageError
+from .._errors import UsageError
 
 LOCK_NAME = "lock"
 

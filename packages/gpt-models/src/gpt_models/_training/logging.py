@@ -6,9 +6,9 @@ from pathlib import Path
 
 import lox
 
-from ._config import Config
-from ._config_io import to_dict
-from ._errors import ConfigError
+from .._config.schema import Config
+from .._config.toml import to_dict
+from .._errors import ConfigError
 
 
 def check_wandb(cfg: Config) -> None:

@@ -8,27 +8,26 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
-from ._config import Config
-from ._data import Dataset, Tokenizer, eval_batches, load_dataset
-from ._parallel import make_mesh
-from ._processes import global_batch, host_value
-from ._runs import load_run
-from ._sample import generate
-from ._tokenize import decode_lenient, run_tokenizer
-from ._tokenizer import ByteTokenizer
-from ._train import compile_eval_step
+from .._config.schema import Config
+from .._data.byte_tokenizer import ByteTokenizer
+from .._data.corpus import Dataset, Tokenizer, eval_batches, load_dataset
+from .._data.run_tokenizer import decode_lenient, run_tokenizer
+from .._distributed.mesh import make_mesh, place_batch
+from .._distributed.processes import host_value
+from .._model.generate import generate
+from .._runs.folders import load_run
+from .step import compile_eval_step
 
 
 class Evaluator:
     """Mean loss (nats per byte; per token when the bytes are unknown) over the first ``train.eval_batches`` validation windows."""
 
-    def __init__(self, cfg: Config, mesh: Any, params: Any, dataset: Dataset) -> None:
+    def __init__(self, cfg: Config, mesh: Mesh, params: Any, dataset: Dataset) -> None:
         t = cfg.train
         self.fn = compile_eval_step(cfg, mesh, params)
-        self.sharding = jax.sharding.NamedSharding(
-            mesh, jax.sharding.PartitionSpec(("data", "fsdp"), None)
-        )
+        self.mesh = mesh
         self.rows = t.batch_size // t.grad_accum
         self.batches = eval_batches(
             dataset.val, n_batches=t.eval_batches, batch_size=self.rows, seq_len=cfg.model.seq_len,
@@ -38,7 +37,7 @@ class Evaluator:
         self.bytes_per_token = dataset.bytes_per_token or 1.0
 
     def __call__(self, params: Any) -> float:
-        losses = [self.fn(params, global_batch(b, self.sharding, self.rows)) for b in self.batches]
+        losses = [self.fn(params, place_batch(b, self.mesh)) for b in self.batches]
         return float(np.mean([host_value(x) for x in losses])) / self.bytes_per_token
 
 

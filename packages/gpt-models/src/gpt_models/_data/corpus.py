@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ._binmeta import BinMeta, read_bin_meta, same_meta
-from ._bpe import BPETokenizer
-from ._config import DataConfig
-from ._errors import DataError
-from ._tokenizer import ByteTokenizer
+from .._config.schema import DataConfig
+from .._errors import DataError
+from .bpe import BPETokenizer
+from .byte_tokenizer import ByteTokenizer
+from .token_files import BinMeta, read_bin_meta, same_meta
 
 Tokenizer = ByteTokenizer | BPETokenizer
 

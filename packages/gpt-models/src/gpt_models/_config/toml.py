@@ -19,8 +19,8 @@ from typing import Any
 
 from core_primitives import did_you_mean, format_problems, list_alternatives
 
-from ._config import CHOICES, PRESETS, Config
-from ._errors import ConfigError
+from .._errors import ConfigError
+from .schema import CHOICES, PRESETS, Config
 
 # Flat views: "section.key" -> (field type, value)
 

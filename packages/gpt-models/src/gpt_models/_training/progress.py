@@ -2,7 +2,7 @@
 
 MFU (model FLOPs utilisation) = ``flops_per_token * tokens_per_second / peak``, where
 ``flops_per_token = 6 * N_matmul + 12 * n_layers * d_model * seq_len`` (see
-``gpt_models._model.flops_per_token``) and ``peak`` comes from ``_mfu.peak_flops``; when the peak is
+``gpt_models.flops_per_token``) and ``peak`` comes from ``mfu.peak_flops``; when the peak is
 unknown (``None``: CPUs, device kinds not in the table) no MFU is shown.
 """
 

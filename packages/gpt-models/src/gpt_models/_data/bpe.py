@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._errors import DataError
+from .._errors import DataError
 
 # The smallest vocabulary: the 256 byte values; uint16 .bin files cap the largest.
 MIN_VOCAB, MAX_VOCAB = 257, 65536

@@ -20,7 +20,7 @@ from typing import Any
 
 from core_primitives import list_alternatives
 
-from ._errors import DataError
+from .._errors import DataError
 
 TOKENIZERS = ("byte", "bpe")
 

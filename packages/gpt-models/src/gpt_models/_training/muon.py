@@ -15,7 +15,7 @@ import optax
 
 import blox as bx
 
-from ._errors import ConfigError
+from .._errors import ConfigError
 
 MIN_OPTAX = "0.2.7"
 

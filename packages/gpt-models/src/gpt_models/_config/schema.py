@@ -4,7 +4,7 @@ A config is plain data (frozen dataclasses of ints, floats, bools and strings) s
 (a static argument of ``jax.jit``), round-trips through TOML, and every key can be set from the CLI.
 A ``Config`` checks itself when it is built (``validate``), so every way of making one (a preset,
 a TOML file, ``--set``, ``dataclasses.replace``) goes through the same checks, once. TOML and
-``--set`` are ``_config_io.py``.
+``--set`` are ``toml.py``.
 
 Each section's ``Attributes:`` list is also what ``gpt config show`` prints as the key's meaning:
 one line per key, in the section's docstring.
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from core_primitives import did_you_mean, format_problems, list_alternatives
 
-from ._errors import ConfigError
+from .._errors import ConfigError
 
 # String-valued keys that only accept a few values: checked by validate(), for every config.
 CHOICES: dict[str, tuple[str, ...]] = {

@@ -1,8 +1,8 @@
 """The training loop: ``train`` runs a config in a run folder, from scratch or from its last checkpoint.
 
-Around the jitted step (``_train.py``) it fetches batches, evaluates, logs metrics, shows progress,
+Around the jitted step (``step.py``) it fetches batches, evaluates, logs metrics, shows progress,
 saves checkpoints, stops on NaN and on SIGTERM/SIGINT (after saving), and at the end writes the loss
-plot and a sample. Run folders are ``_runs.py``; signals ``_signals.py``; metrics ``_logging.py``.
+plot and a sample. Run folders are ``_runs/``; signals ``signals.py``; metrics ``logging.py``.
 """
 
 from __future__ import annotations
@@ -19,31 +19,31 @@ from typing import Any, TextIO
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 import lox
 import paramspec as ps
 
-from ._checkpoint import Checkpointer
-from ._config import Config, fit_warmup
-from ._config_io import dumps
-from ._data import Dataset, load_dataset, train_batch
-from ._errors import ConfigError, TrainingDivergedError, UsageError
-from ._host_memory import keep_host_memory
-from ._inference import Evaluator, sample_text
-from ._lock import run_lock
-from ._logging import check_wandb, make_logger
-from ._metrics_csv import write_metrics_csv
-from ._mfu import peak_flops, unknown_peak_note
-from ._model import compute_dtype, flops_per_token
-from ._parallel import make_mesh
-from ._processes import global_batch, host_value, is_primary
-from ._progress import Progress, plot_losses
-from ._runs import write_text
-from ._signals import TrainingInterrupted, stop_on_signals
-from ._tokenize import prepare_tokenizer, save_tokenizer
-from ._train import (
+from .._config.schema import Config, fit_warmup
+from .._config.toml import dumps
+from .._data.corpus import Dataset, load_dataset, train_batch
+from .._data.run_tokenizer import prepare_tokenizer, save_tokenizer
+from .._distributed.mesh import MICRO_BATCH_AXES, make_mesh, place_batch
+from .._distributed.processes import host_value, is_primary
+from .._errors import ConfigError, TrainingDivergedError, UsageError
+from .._model.gpt import compute_dtype, flops_per_token
+from .._runs.checkpoint import Checkpointer
+from .._runs.folders import write_text
+from .._runs.lock import run_lock
+from .evaluate import Evaluator, sample_text
+from .host_memory import keep_host_memory
+from .logging import check_wandb, make_logger
+from .metrics_csv import write_metrics_csv
+from .mfu import peak_flops, unknown_peak_note
+from .progress import Progress, plot_losses
+from .signals import TrainingInterrupted, stop_on_signals
+from .step import (
     abstract_state,
-    batch_sharding,
     compile_train_step,
     from_items,
     init_state,
@@ -136,14 +136,14 @@ def train(
         write_text(run / "config.toml", dumps(cfg))
         ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints)
         try:
-            return _train(
+            return _run_steps(
                 cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt
             )
         finally:
             ckpt.close()
 
 
-def _check_batch_fits(cfg: Config, mesh: Any) -> None:
+def _check_batch_fits(cfg: Config, mesh: Mesh) -> None:
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     micro = cfg.train.batch_size // cfg.train.grad_accum
     if micro % shards or micro % jax.process_count():
@@ -158,7 +158,7 @@ def _check_batch_fits(cfg: Config, mesh: Any) -> None:
         )
 
 
-def _abstract(cfg: Config, optimizer: Any, mesh: Any) -> Any:
+def _abstract(cfg: Config, optimizer: Any, mesh: Mesh) -> Any:
     try:
         return abstract_state(cfg, optimizer, mesh)
     except ps.ShardingError as err:  # e.g. heads not divisible by mesh.tensor
@@ -168,7 +168,7 @@ def _abstract(cfg: Config, optimizer: Any, mesh: Any) -> Any:
         ) from err
 
 
-def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Any, abstract: Any, ckpt: Checkpointer,
+def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abstract: Any, ckpt: Checkpointer,
                      stream: TextIO) -> tuple[Any, int]:  # fmt: skip
     if not resume:
         if ckpt.steps():
@@ -185,7 +185,7 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Any, abstr
     return state, step
 
 
-def _train(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: bool, mesh: Any,
+def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: bool, mesh: Mesh,
            dataset: Dataset, optimizer: Any, abstract: Any, ckpt: Checkpointer) -> RunResult:  # fmt: skip
     state, start = _restore_or_init(cfg, resume, optimizer, mesh, abstract, ckpt, stream)
     loop = _Loop(cfg, run, mesh, dataset, optimizer, abstract, ckpt, start, stream)
@@ -225,7 +225,7 @@ def _safe_copy(state: Any) -> Any:
 class _Loop:
     """The step loop's moving parts: batches, metrics, progress, evaluation and checkpoints."""
 
-    def __init__(self, cfg: Config, run: Path, mesh: Any, dataset: Dataset, optimizer: Any,
+    def __init__(self, cfg: Config, run: Path, mesh: Mesh, dataset: Dataset, optimizer: Any,
                  abstract: Any, ckpt: Checkpointer, start: int, stream: TextIO) -> None:  # fmt: skip
         t = cfg.train
         self.cfg, self.run_dir, self.mesh, self.dataset, self.ckpt, self.start = (
@@ -265,7 +265,7 @@ class _Loop:
             grad_accum=t.grad_accum, seq_len=self.cfg.model.seq_len,
             process_index=jax.process_index(), process_count=jax.process_count(),
         )  # fmt: skip
-        return global_batch(local, batch_sharding(self.mesh), t.batch_size // t.grad_accum)
+        return place_batch(local, self.mesh, MICRO_BATCH_AXES)
 
     def run(self, state: Any, stop: dict[str, int]) -> Any:
         steps = self.cfg.train.steps

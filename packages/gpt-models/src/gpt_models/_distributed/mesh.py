@@ -6,11 +6,13 @@ import math
 from typing import Any
 
 import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
 
 import paramspec as ps
 
-from ._config import MeshConfig
-from ._errors import ConfigError
+from .._config.schema import MeshConfig
+from .._errors import ConfigError
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -33,7 +35,7 @@ RULES = ps.Rules(
 )
 
 
-def make_mesh(cfg: MeshConfig, devices: Any = None) -> Any:
+def make_mesh(cfg: MeshConfig, devices: Any = None) -> Mesh:
     """The training mesh; an impossible shape raises ConfigError listing shapes that fit.
 
     Example:
@@ -64,12 +66,30 @@ def _suggestions(n: int) -> str:
     return "; ".join(f"--set mesh.{s.replace(',', ' --set mesh.')}" for s in fits)
 
 
-def single_device_mesh() -> Any:
+# Logical axes of a batch of token windows: ``(batch, seq)``, and ``(micro_batches, batch, seq)`` for
+# the train step's gradient-accumulation layout (the micro-batch axis stays whole on every device).
+BATCH_AXES = ("batch", "seq")
+MICRO_BATCH_AXES = (None, "batch", "seq")
+
+
+def batch_sharding(mesh: Mesh, axes: tuple[str | None, ...] = BATCH_AXES) -> NamedSharding:
+    """Where a batch of token windows lives on ``mesh``: laid out by :data:`RULES` (``paramspec``)."""
+    return ps.logical_to_sharding(axes, mesh, RULES)
+
+
+def place_batch(
+    local: np.ndarray, mesh: Mesh, axes: tuple[str | None, ...] = BATCH_AXES
+) -> jax.Array:
+    """This process's rows of a batch as one global array on ``mesh`` (``paramspec.make_global_batch``)."""
+    return ps.make_global_batch(local, axes, mesh, RULES)  # type: ignore[no-any-return]
+
+
+def single_device_mesh() -> Mesh:
     """A 1x1x1 mesh on the first device: the default for library calls that are given no mesh."""
     return ps.make_mesh((1, 1, 1), MESH_AXES, devices=jax.devices()[:1])
 
 
-def activation_constraint(mesh: Any) -> Any:
+def activation_constraint(mesh: Mesh) -> Any:
     """``(x, logical_axes) -> x`` placed on ``mesh`` by the model's rules (``paramspec.constrain``)."""
 
     def constrain(x: jax.Array, logical_axes: tuple) -> jax.Array:

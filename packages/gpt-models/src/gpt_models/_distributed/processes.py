@@ -20,10 +20,3 @@ def is_primary() -> bool:
 def host_value(tree: Any) -> Any:
     """Replicated arrays as numpy, read from this process's copy (works across processes too)."""
     return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), tree)
-
-
-def global_batch(local: np.ndarray, sharding: Any, global_rows: int) -> jax.Array:
-    """This process's rows (axis -2) of a batch, assembled into the global array of ``global_rows``."""
-    shape = list(local.shape)
-    shape[-2] = global_rows
-    return jax.make_array_from_process_local_data(sharding, local, tuple(shape))

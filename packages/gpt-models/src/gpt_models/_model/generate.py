@@ -12,8 +12,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._config import sampling_problems
-from ._model import gpt
+from .._config.schema import sampling_problems
+from .gpt import gpt
 
 Array = jax.Array
 

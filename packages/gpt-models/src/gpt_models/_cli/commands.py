@@ -1,4 +1,4 @@
-"""What each ``gpt`` command does, given its parsed arguments (the parser is ``_cli.py``).
+"""What each ``gpt`` command does, given its parsed arguments (the parser is ``main.py``).
 
 Each returns the exit status; user mistakes raise ``UsageError`` and ``_cli.main`` prints them.
 """
@@ -15,24 +15,24 @@ from pathlib import Path
 
 from core_primitives import list_alternatives
 
-from ._config import Config, fit_warmup
-from ._config_io import apply_overrides, dumps, load_config, parse_set, valid_keys
-from ._errors import ConfigError, UsageError
-from ._runs import check_run_folder, new_run_dir, run_config
+from .._config.schema import Config, fit_warmup
+from .._config.toml import apply_overrides, dumps, load_config, parse_set, valid_keys
+from .._errors import ConfigError, UsageError
+from .._runs.folders import check_run_folder, new_run_dir, run_config
 
 # The keys `gpt sample` / `gpt eval` may override: the rest (shapes above all) is fixed by the run.
 _SAMPLE_KEYS = ("sample.",)
 _EVAL_KEYS = ("data.", "train.eval_batches")
-EXIT_DISK_FULL = 4  # the multi-process failures exit with 3 (_multihost.EXIT_PEERS)
+EXIT_DISK_FULL = 4  # the multi-process failures exit with 3 (startup.EXIT_PEERS)
 
 
-def train(args: argparse.Namespace) -> int:
+def train_command(args: argparse.Namespace) -> int:
     """``gpt train``: resolve the config, train in a new (or the resumed) run folder, report."""
     _maybe_distributed(args)
     import jax
 
-    from ._loop import train as run_training
-    from ._signals import TrainingInterrupted
+    from .._training.loop import train as run_training
+    from .._training.signals import TrainingInterrupted
 
     if args.resume:
         run = check_run_folder(args.resume, flag="--resume")
@@ -54,8 +54,8 @@ def train(args: argparse.Namespace) -> int:
         )
         return 128 + stop.signum
     except Exception as err:
-        from ._diskfull import disk_full_message
-        from ._multihost import exit_on_lost_peer, is_peer_failure
+        from .._distributed.startup import exit_on_lost_peer, is_peer_failure
+        from .._runs.diskfull import disk_full_message
 
         if (message := disk_full_message(err, run)) is not None:
             # Orbax's background writers may still log the same failure while they wind down;
@@ -77,7 +77,7 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
-def show_config(args: argparse.Namespace) -> int:
+def config_show_command(args: argparse.Namespace) -> int:
     """``gpt config show``: the config ``gpt train`` would run with the same flags, as TOML."""
     if args.run and args.config:
         raise UsageError(
@@ -91,11 +91,11 @@ def show_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def sample(args: argparse.Namespace) -> int:
+def sample_command(args: argparse.Namespace) -> int:
     """``gpt sample``: text from a run's newest checkpoint; defaults from its ``[sample]``."""
-    from ._inference import sample_text
-    from ._runs import load_run
-    from ._tokenize import run_tokenizer
+    from .._data.run_tokenizer import run_tokenizer
+    from .._runs.folders import load_run
+    from .._training.evaluate import sample_text
 
     run = _chosen_run(args)
     cfg, params, _ = load_run(run, _run_config(args, run, _SAMPLE_KEYS))
@@ -111,9 +111,9 @@ def sample(args: argparse.Namespace) -> int:
     return 0
 
 
-def evaluate(args: argparse.Namespace) -> int:
+def eval_command(args: argparse.Namespace) -> int:
     """``gpt eval``: print ``val_loss <x>`` of a run's newest checkpoint."""
-    from ._inference import evaluate_run
+    from .._training.evaluate import evaluate_run
 
     run = _chosen_run(args)
     print(f"val_loss {evaluate_run(run, _run_config(args, run, _EVAL_KEYS)):.6f}")
@@ -123,9 +123,9 @@ def evaluate(args: argparse.Namespace) -> int:
 def _maybe_distributed(args: argparse.Namespace) -> None:
     # Only when asked: auto-detection is for clusters and must not slow down a laptop run.
     if args.coordinator or args.num_processes or os.environ.get("JAX_COORDINATOR_ADDRESS"):
-        from . import _multihost
+        from .._distributed import startup
 
-        _multihost.start(
+        startup.start(
             args.coordinator, args.num_processes, args.process_id,
             init_timeout=args.init_timeout, heartbeat_timeout=math.ceil(args.heartbeat_timeout),
         )  # fmt: skip

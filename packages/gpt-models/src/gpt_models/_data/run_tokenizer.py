@@ -15,12 +15,12 @@ from typing import TextIO
 
 import numpy as np
 
-from ._binmeta import read_bin_meta, sidecar_path
-from ._bpe import BPETokenizer
-from ._config import Config
-from ._data import Tokenizer, bin_files, text_splits
-from ._errors import DataError
-from ._tokenizer import ByteTokenizer
+from .._config.schema import Config
+from .._errors import DataError
+from .bpe import BPETokenizer
+from .byte_tokenizer import ByteTokenizer
+from .corpus import Tokenizer, bin_files, text_splits
+from .token_files import read_bin_meta, sidecar_path
 
 TOKENIZER_FILE = "tokenizer.json"
 

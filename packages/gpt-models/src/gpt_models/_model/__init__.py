@@ -1,0 +1,5 @@
+"""The GPT itself: the blox modules, params, loss and FLOPs (``gpt.py``); sampling and generation
+with or without a KV cache (``generate.py``).
+
+Layer 3 of gpt_models. May import: ``.._errors``, ``.._config``, ``.._data``, ``.._distributed``.
+"""
