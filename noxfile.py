@@ -42,10 +42,10 @@ IMPORT_NAMES = {
 # Third-party packages some tests use beyond a package's own dependencies.
 TEST_EXTRAS = {
     "core-primitives": [],
-    "lox-logging": ["wandb", "hypothesis", "pandas"],
+    "lox-logging": ["wandb", "hypothesis", "pandas", "tensorboardX", "tbparse"],
     "blox-params": ["optax", "orbax-checkpoint", "treescope"],
     "paramspec-sharding": ["orbax-checkpoint"],
-    "gpt-models": ["wandb", "pandas"],
+    "gpt-models": ["wandb", "pandas", "tensorboardX", "tbparse"],
 }
 TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3.1"]
 JAX_MATRIX = ["0.7.2", "0.8.3", "0.9.2", "0.10.2"]

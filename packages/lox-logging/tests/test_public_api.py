@@ -11,6 +11,7 @@ EXPECTED = {
     "LoggerState",
     "MultiLogger",
     "SaveLogger",
+    "TensorBoardLogger",
     "WandbLogger",
     "keep",
     "load",

@@ -1,8 +1,8 @@
 """lox: logging as a program transformation.
 
 ``lox.log`` anywhere in JAX code; then ``spool`` (return logs as outputs), ``tap`` (stream them to
-the host) or ``strip``/``keep`` (remove sites). Loggers send logdicts to the console, to files and
-to wandb, as pure ``init``/``log``/``finish`` functions of a state.
+the host) or ``strip``/``keep`` (remove sites). Loggers send logdicts to the console, to files,
+to TensorBoard and to wandb, as pure ``init``/``log``/``finish`` functions of a state.
 """
 
 from ._console import ConsoleLogger as ConsoleLogger
@@ -23,6 +23,7 @@ from ._spool import spool as spool
 from ._strip import keep as keep
 from ._strip import strip as strip
 from ._tap import tap as tap
+from ._tensorboard import TensorBoardLogger as TensorBoardLogger
 from ._wandb import WandbLogger as WandbLogger
 
 __version__ = "0.1.0"

@@ -168,7 +168,8 @@ class HostLogger(Logger):
     ``HostLogger`` makes them a pure ``init``/``log``/``finish`` logger: the state is a
     :class:`LoggerState` holding the run id, ``log`` works eagerly and under ``jit``, ``scan``
     and ``vmap`` (one run per lane) and keeps the order of the calls, and ``tap`` streams to
-    ``write_run``. ``ConsoleLogger``, ``SaveLogger`` and ``WandbLogger`` are built this way.
+    ``write_run``. ``ConsoleLogger``, ``SaveLogger``, ``TensorBoardLogger`` and ``WandbLogger``
+    are built this way.
 
     Hooks run inside JAX callbacks: an exception there stops the computation, so a logger that
     must never stop training catches its own errors (as ``WandbLogger`` does).
