@@ -25,6 +25,8 @@ from ._data.corpus import default_corpus as default_corpus
 from ._data.corpus import eval_batches as eval_batches
 from ._data.corpus import load_dataset as load_dataset
 from ._data.corpus import train_batch as train_batch
+from ._data.prepare import PrepareResult as PrepareResult
+from ._data.prepare import prepare as prepare
 from ._distributed.mesh import RULES as RULES
 from ._distributed.mesh import make_mesh as make_mesh
 from ._errors import ConfigError as ConfigError

@@ -1,4 +1,4 @@
-"""The ``gpt`` command line: ``gpt train``, ``gpt sample``, ``gpt eval``, ``gpt config show``.
+"""The ``gpt`` command line: ``gpt train``, ``prepare``, ``sample``, ``eval``, ``config show``.
 
 This module is the argument parser and the exit statuses; what each command does is
 ``commands.py``. User mistakes (bad flags, unknown config keys, bad values, missing data, an
@@ -15,6 +15,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .prepare import prepare_parser
+
 EXIT_USAGE = 2
 EXIT_DIVERGED = 1
 
@@ -29,11 +31,16 @@ def _parser() -> argparse.ArgumentParser:
         description="Train, sample from and evaluate small GPT models (byte-level by default).",
         epilog=f"Config keys: {_SHOW}",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,sample,eval,config}")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{train,prepare,sample,eval,config}"
+    )
     _train_parser(
         sub.add_parser(
             "train", help="train a model (defaults: tiny model, embedded corpus)", epilog=_SHOW
         )
+    )
+    prepare_parser(
+        sub.add_parser("prepare", help="tokenize a corpus of any size into a token store")
     )
     _sample_parser(sub.add_parser("sample", help="generate text from a run's newest checkpoint"))
     _eval_parser(
@@ -145,18 +152,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         0
     """
     args = _parser().parse_args(argv)
-    if args.command != "config":
+    if args.command not in ("config", "prepare"):
         from .._training.host_memory import tune_host_allocator_for_cli
 
         tune_host_allocator_for_cli()  # before the command starts JAX (see tune_host_allocator)
     from .._errors import TrainingDivergedError, UsageError
     from .commands import config_show_command, eval_command, sample_command, train_command
+    from .prepare import prepare_command
 
     command = {
         "train": train_command,
         "sample": sample_command,
         "eval": eval_command,
         "config": config_show_command,
+        "prepare": prepare_command,
     }[args.command]
     try:
         return command(args)

@@ -101,7 +101,11 @@ class BPETokenizer:
 
     def save(self, path: str | Path) -> None:
         """Write the tokenizer as JSON (the `tokenizers` library's format) to ``path``."""
-        Path(path).write_text(self._tok.to_str(pretty=False), encoding="utf-8")  # type: ignore[attr-defined]
+        Path(path).write_text(self.to_json(), encoding="utf-8")
+
+    def to_json(self) -> str:
+        """The tokenizer as the JSON text :meth:`save` writes (what a token store's hash covers)."""
+        return str(self._tok.to_str(pretty=False))  # type: ignore[attr-defined]
 
     def encode(self, text: str) -> np.ndarray:
         """``text`` as a 1-D ``int32`` array of token ids."""

@@ -16,9 +16,12 @@ from .._config.schema import DataConfig
 from .._errors import DataError
 from .bpe import BPETokenizer
 from .byte_tokenizer import ByteTokenizer
+from .store import ShardedTokens, check_tokenizer_json, is_store, open_store, store_tokenizer_file
 from .token_files import BinMeta, read_bin_meta, same_meta
 
 Tokenizer = ByteTokenizer | BPETokenizer
+# Token ids in memory, a memmap'd .bin file, or the memmap'd shards of a token store.
+TokenArray = np.ndarray | ShardedTokens
 
 # How much of a large .bin file is scanned to check that its token ids fit the vocabulary.
 _VOCAB_CHECK_TOKENS = 1 << 24
@@ -47,8 +50,8 @@ class Dataset:
     ``.bin`` file without a sidecar (its tokenizer, hence its bytes, are unknown).
     """
 
-    train: np.ndarray
-    val: np.ndarray
+    train: TokenArray
+    val: TokenArray
     source: str
     tokenizer: Tokenizer = dataclasses.field(default_factory=ByteTokenizer)
     bytes_per_token: float | None = 1.0
@@ -76,6 +79,10 @@ def load_dataset(
     tok = tokenizer or ByteTokenizer()
     source = cfg.path or "<embedded corpus: pydoc_data.topics>"
     bins = bin_files(cfg)
+    if cfg.path and is_store(Path(cfg.path)):
+        ds = _store_dataset(Path(cfg.path), cfg, tok, vocab_size)
+        _check_length(ds, cfg, seq_len)
+        return ds  # ids < the tokenizer's vocab by construction, checked against the model's
     if bins is not None:
         train, val, meta = _read_bins(bins, cfg)
         bpt = None if meta is None else _bytes_per_token(tok, val)
@@ -112,13 +119,27 @@ def text_splits(cfg: DataConfig) -> tuple[bytes, bytes]:
     return raw[:cut], raw[cut:]
 
 
+def _store_dataset(folder: Path, cfg: DataConfig, tok: Tokenizer, vocab_size: int) -> Dataset:
+    """A token store's splits, memory-mapped; its tokenizer must be the run's."""
+    store_tokenizer_file(folder, cfg.tokenizer)
+    check_tokenizer_json(folder, tok.to_json() if isinstance(tok, BPETokenizer) else None)
+    store = open_store(folder)
+    vocab = int(store.manifest["tokenizer"]["vocab_size"])
+    if vocab > vocab_size:
+        raise DataError(
+            f"The token store {folder} has {vocab} token ids, but model.vocab_size = "
+            f"{vocab_size}. Set --set model.vocab_size={_round_up(vocab, 64)}."
+        )
+    return Dataset(store.train, store.val, str(folder), tok, _bytes_per_token(tok, store.val))
+
+
 def _encode(tok: Tokenizer, data: bytes) -> np.ndarray:
     if isinstance(tok, ByteTokenizer):
         return np.frombuffer(data, dtype=np.uint8)  # 1 byte per token: a quarter of int32's memory
     return tok.encode(data.decode("utf-8", errors="replace")).astype(np.uint16)
 
 
-def _bytes_per_token(tok: Tokenizer, val: np.ndarray) -> float:
+def _bytes_per_token(tok: Tokenizer, val: TokenArray) -> float:
     if isinstance(tok, ByteTokenizer):
         return 1.0
     ids = np.asarray(val[:_VOCAB_CHECK_TOKENS], dtype=np.int64)
@@ -217,13 +238,13 @@ def _round_up(n: int, k: int) -> int:
     return -(-n // k) * k
 
 
-def _windows(tokens: np.ndarray, starts: np.ndarray, seq_len: int) -> np.ndarray:
+def _windows(tokens: TokenArray, starts: np.ndarray, seq_len: int) -> np.ndarray:
     idx = starts[..., None] + np.arange(seq_len + 1)
     return np.asarray(tokens[idx], dtype=np.int32)
 
 
 def train_batch(
-    tokens: np.ndarray,
+    tokens: TokenArray,
     step: int,
     *,
     seed: int,
@@ -255,7 +276,7 @@ def train_batch(
 
 
 def eval_batches(
-    tokens: np.ndarray,
+    tokens: TokenArray,
     *,
     n_batches: int,
     batch_size: int,

@@ -20,6 +20,7 @@ from .._errors import DataError
 from .bpe import BPETokenizer
 from .byte_tokenizer import ByteTokenizer
 from .corpus import Tokenizer, bin_files, text_splits
+from .store import is_store, store_tokenizer_file
 from .token_files import read_bin_meta, sidecar_path
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -63,6 +64,10 @@ def _tokenizer(cfg: Config, run: Path, resume: bool) -> Tokenizer:
     if files is None:
         train, _ = text_splits(cfg.data)
         text = train.decode("utf-8", errors="replace")
+    if cfg.data.path and is_store(Path(cfg.data.path)):  # the tokenizer the store was made with
+        file = store_tokenizer_file(Path(cfg.data.path), "bpe")
+        assert file is not None  # a BPE store always has its tokenizer file
+        return BPETokenizer.load(file)
         return BPETokenizer.train([text], vocab_size=cfg.data.bpe_vocab_size)
     meta = read_bin_meta(files[0], "bpe")
     assert meta is not None and meta.tokenizer_file is not None  # read_bin_meta checked both

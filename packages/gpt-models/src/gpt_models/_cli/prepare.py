@@ -1,0 +1,60 @@
+"""``gpt prepare SRC... --out DIR``: tokenize a corpus into a token store (``_data/prepare.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def prepare_parser(p: argparse.ArgumentParser) -> None:
+    """The flags of ``gpt prepare``."""
+    p.add_argument("sources", nargs="+", metavar="SRC",
+                   help="text files (.txt/.md: one document each), .jsonl (one per line), "
+                        ".parquet (one per row), each optionally .gz/.zst, or folders of them")  # fmt: skip
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="the store folder (shards + manifest.json); train on it with "
+                        "gpt train --set data.path=DIR")  # fmt: skip
+    p.add_argument("--tokenizer", default="byte", metavar="byte|bpe|FILE.json",
+                   help="byte (default), bpe (trained here on the first ~64 MB of documents) or "
+                        "a tokenizers tokenizer.json")  # fmt: skip
+    p.add_argument("--bpe-vocab-size", type=int, default=2048,
+                   help="ids of the BPE tokenizer --tokenizer bpe trains; default 2048")  # fmt: skip
+    p.add_argument("--val-fraction", type=float, default=0.01,
+                   help="share of documents (by a hash of file name and position) held out "
+                        "for validation; default 0.01")  # fmt: skip
+    p.add_argument("--text-field", default="text",
+                   help="the JSON field (.jsonl) or column (.parquet) holding the text; default text")  # fmt: skip
+    p.add_argument("--shard-tokens", type=int, default=1 << 26,
+                   help=f"token ids per shard file; default {1 << 26}")  # fmt: skip
+
+
+def prepare_command(args: argparse.Namespace) -> int:
+    """``gpt prepare``: write (or resume, or confirm) the store and print its summary."""
+    from .._data.prepare import prepare
+
+    result = prepare(
+        args.sources,
+        args.out,
+        tokenizer=args.tokenizer,
+        val_fraction=args.val_fraction,
+        text_field=args.text_field,
+        shard_tokens=args.shard_tokens,
+        bpe_vocab_size=args.bpe_vocab_size,
+        progress=sys.stderr,
+    )
+    m = result.manifest
+    tokens, docs = m["tokens"], m["documents"]
+    if result.up_to_date:
+        print(
+            f"{args.out} is up to date: same inputs and settings, every shard verifies; nothing to do."
+        )
+    print(
+        f"{args.out}: {docs['train']:,} train / {docs['val']:,} val documents, "
+        f"{tokens['train']:,} / {tokens['val']:,} tokens ({m['tokenizer']['kind']} tokenizer, "
+        f"{m['tokenizer']['vocab_size']} ids, {m['dtype']}), "
+        f"{len(m['shards']['train']) + len(m['shards']['val'])} shards, "
+        f"{m['undecodable_bytes']} undecodable bytes replaced.\n"
+        f"Train on it: gpt train --set data.path={args.out}"
+        + (" --set data.tokenizer=bpe" if m["tokenizer"]["kind"] == "bpe" else "")
+    )
+    return 0

@@ -1,0 +1,325 @@
+"""The token store ``gpt prepare`` writes and ``gpt train --set data.path=DIR`` reads.
+
+A store is a folder::
+
+    manifest.json          format version, tokenizer, split rule, sources, shards (written last)
+    tokenizer.json         the BPE tokenizer (absent for the byte tokenizer)
+    train-00000.bin ...    token ids, raw little-endian uint16 (vocab <= 65536) or uint32
+    val-00000.bin ...
+
+Every shard but the last of each split holds exactly ``shard_tokens`` ids; documents follow each
+other, each ended by the tokenizer's end-of-text id (``eot_id``; byte 0, NUL, for the byte
+tokenizer). Shards are plain arrays (read with ``np.memmap``), never pickles. The manifest is
+written last and atomically, so a folder without one is an unfinished prepare, never a store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._errors import DataError
+
+MANIFEST = "manifest.json"
+FORMAT = "gpt-models token store"
+VERSION = 1
+SPLITS = ("train", "val")
+# Shards of at most this many bytes in all are sha256-checked when training starts (about a
+# second per GB); larger stores check sizes only (a re-run of gpt prepare verifies every hash).
+FULL_HASH_LIMIT = 4 << 30
+
+
+def id_dtype(vocab_size: int) -> np.dtype[Any]:
+    """uint16 when every id fits, else uint32."""
+    return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
+
+
+def shard_name(split: str, index: int) -> str:
+    return f"{split}-{index:05d}.bin"
+
+
+def split_of(name: str, pos: int, val_fraction: float) -> str:
+    """The split of document ``pos`` of source ``name``: a hash, so adding files moves nothing."""
+    digest = hashlib.blake2b(f"{name}\0{pos}".encode(), digest_size=8).digest()
+    return "val" if int.from_bytes(digest, "little") < val_fraction * 2.0**64 else "train"
+
+
+SPLIT_RULE = "val if int.from_bytes(blake2b(f'{source}\\0{position}', digest_size=8), 'little') < val_fraction * 2**64"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` through ``path.tmp`` + fsync + rename: never half a file under its name."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, obj: object) -> None:
+    write_atomic(path, (json.dumps(obj, indent=1) + "\n").encode())
+
+
+class ShardWriter:
+    """Appends ids to ``{split}-NNNNN.bin.tmp``; a full shard is fsynced, hashed and renamed."""
+
+    def __init__(
+        self, out: Path, split: str, dtype: np.dtype[Any], shard_tokens: int, state: dict[str, Any]
+    ) -> None:
+        self.out, self.split, self.dtype, self.shard_tokens = out, split, dtype, shard_tokens
+        self.finished: list[dict[str, Any]] = list(state.get("finished", []))
+        self.open_tokens = int(state.get("open_tokens", 0))
+        self._rewind()
+        self._file = self._tmp_path().open("ab")
+
+    def _rewind(self) -> None:
+        """Drop what a killed run wrote after its last saved state, so writing resumes there."""
+        index, tmp = len(self.finished), self._tmp_path()
+        final = self.out / shard_name(self.split, index)
+        if not tmp.exists() and final.exists():  # finished after the state was saved
+            os.replace(final, tmp)
+        for later in itertools.count(index + 1):
+            stale = [self.out / shard_name(self.split, later)]
+            stale.append(stale[0].with_name(stale[0].name + ".tmp"))
+            if not any(p.exists() for p in stale):
+                break
+            for p in stale:
+                p.unlink(missing_ok=True)
+        want = self.open_tokens * self.dtype.itemsize
+        with tmp.open("ab") as f:
+            if f.tell() < want:
+                raise DataError(
+                    f"{tmp} has {f.tell():,} bytes, but the saved progress of this gpt prepare "
+                    f"needs {want:,}: the unfinished store was altered. Delete {self.out} and "
+                    "start over."
+                )
+            f.truncate(want)
+
+    def _tmp_path(self) -> Path:
+        return self.out / (shard_name(self.split, len(self.finished)) + ".tmp")
+
+    def append(self, ids: np.ndarray) -> None:
+        ids = ids.astype(self.dtype, copy=False)
+        while len(ids):
+            room = self.shard_tokens - self.open_tokens
+            self._file.write(ids[:room].tobytes())
+            self.open_tokens += len(ids[:room])
+            ids = ids[room:]
+            if self.open_tokens == self.shard_tokens:
+                self._finish()
+
+    def _finish(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        tmp = self._tmp_path()
+        final = self.out / shard_name(self.split, len(self.finished))
+        os.replace(tmp, final)
+        self.finished.append(shard_record(final, self.open_tokens))
+        self.open_tokens = 0
+        self._file = self._tmp_path().open("ab")
+
+    def flush(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> list[dict[str, Any]]:
+        """Finish the last, shorter shard (if any) and return every shard's record."""
+        if self.open_tokens:
+            self._finish()
+        self._file.close()
+        self._tmp_path().unlink(missing_ok=True)
+        return self.finished
+
+    def state(self) -> dict[str, Any]:
+        return {"finished": self.finished, "open_tokens": self.open_tokens}
+
+
+def shard_record(path: Path, tokens: int) -> dict[str, Any]:
+    return {
+        "file": path.name,
+        "tokens": tokens,
+        "bytes": path.stat().st_size,
+        "sha256": _sha256(path),
+    }
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while piece := f.read(1 << 23):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+def check_shards(folder: Path, records: list[dict[str, Any]], *, full_hash: bool) -> None:
+    """Every shard has its recorded size (and, with ``full_hash``, its sha256).
+
+    Raises:
+        DataError: a missing, truncated, extended or altered shard, named.
+    """
+    for rec in records:
+        path = folder / rec["file"]
+        fix = (
+            "The store is damaged: re-run gpt prepare with the same inputs and --out (it rewrites "
+            "what does not verify), or copy the store again."
+        )
+        if not path.is_file():
+            raise DataError(f"Shard {path} listed in {folder / MANIFEST} is missing. {fix}")
+        size = path.stat().st_size
+        if size != rec["bytes"]:
+            raise DataError(
+                f"Shard {path} has {size:,} bytes, but {MANIFEST} records {rec['bytes']:,} "
+                f"(truncated or altered). {fix}"
+            )
+        if full_hash and _sha256(path) != rec["sha256"]:
+            raise DataError(
+                f"Shard {path} has the recorded size but not the recorded sha256 (its contents "
+                f"changed). {fix}"
+            )
+
+
+class ShardedTokens:
+    """The ids of one split, all shards memory-mapped, indexed as one array (read-only).
+
+    Supports ``len``, slices and integer-array indexing (what batches use), each lookup going to
+    the shard that holds it; only the pages a batch touches are read.
+    """
+
+    def __init__(self, paths: list[Path], dtype: np.dtype[Any]) -> None:
+        self._maps = [np.memmap(p, dtype=dtype, mode="r") for p in paths if p.stat().st_size]
+        self._starts = np.cumsum([0] + [len(m) for m in self._maps])
+        self.dtype = dtype
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (len(self),)
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return self[np.arange(start, stop, step)]
+            parts = [
+                m[max(start - a, 0) : max(stop - a, 0)]
+                for m, a in zip(self._maps, self._starts[:-1].tolist(), strict=True)
+            ]
+            return np.concatenate([np.empty(0, self.dtype), *parts])
+        idx = np.asarray(index, dtype=np.int64)
+        out = np.empty(idx.shape, self.dtype)
+        shard = np.searchsorted(self._starts, idx, side="right") - 1
+        for s in np.unique(shard):
+            mask = shard == s
+            out[mask] = self._maps[s][idx[mask] - self._starts[s]]
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Store:
+    """An opened store: its folder, manifest and the two splits."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    train: ShardedTokens
+    val: ShardedTokens
+
+    @property
+    def tokenizer_kind(self) -> str:
+        return str(self.manifest["tokenizer"]["kind"])
+
+
+def is_store(path: Path) -> bool:
+    return path.is_dir() and (path / MANIFEST).is_file()
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The checked manifest of a store.
+
+    Raises:
+        DataError: not JSON, not a store manifest, or a version this code does not read.
+    """
+    path = folder / MANIFEST
+    try:
+        raw: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(f"{path} is not valid JSON ({err}); re-run gpt prepare.") from err
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise DataError(f'{path} is not a gpt prepare manifest (no "format": {FORMAT!r}).')
+    if raw.get("version") != VERSION:
+        raise DataError(
+            f"{path} has store format version {raw.get('version')!r}; this gpt-models reads "
+            f"version {VERSION}. Re-run gpt prepare with this version."
+        )
+    return raw
+
+
+def open_store(folder: Path, *, full_hash: bool | None = None) -> Store:
+    """Open a store for reading: manifest, sizes (and hashes, see ``FULL_HASH_LIMIT``) checked.
+
+    Raises:
+        DataError: see :func:`read_manifest` and :func:`check_shards`.
+    """
+    manifest = read_manifest(folder)
+    records = [r for split in SPLITS for r in manifest["shards"][split]]
+    if full_hash is None:
+        full_hash = sum(r["bytes"] for r in records) <= FULL_HASH_LIMIT
+    check_shards(folder, records, full_hash=full_hash)
+    dtype = np.dtype(manifest["dtype"])
+    train, val = (
+        ShardedTokens([folder / r["file"] for r in manifest["shards"][s]], dtype) for s in SPLITS
+    )
+    return Store(folder, manifest, train, val)
+
+
+def store_tokenizer_file(folder: Path, want: str) -> Path | None:
+    """The tokenizer file of the store in ``folder`` (None: byte), checked against ``data.tokenizer``.
+
+    Raises:
+        DataError: the store was made by another kind of tokenizer, or its file is missing/altered.
+    """
+    info = read_manifest(folder)["tokenizer"]
+    if info["kind"] != want:
+        raise DataError(
+            f"The token store {folder} was made by the {info['kind']!r} tokenizer "
+            f"({info['vocab_size']} ids), but data.tokenizer = {want!r}. Set "
+            f"--set data.tokenizer={info['kind']}, or prepare the store again with "
+            f"gpt prepare --tokenizer {want}."
+        )
+    if info.get("file") is None:
+        return None
+    path = folder / info["file"]
+    if not path.is_file() or _sha256(path) != info["sha256"]:
+        raise DataError(
+            f"The tokenizer file {path} of the token store is missing or is not the one its "
+            "shards were made with (sha256 differs from manifest.json). Restore it or prepare "
+            "the store again."
+        )
+    return path
+
+
+def check_tokenizer_json(folder: Path, tokenizer_json: str | None) -> None:
+    """The run's tokenizer (its JSON; None: byte) is the one the store was made with.
+
+    Raises:
+        DataError: it is not (e.g. a resumed run whose tokenizer.json differs from the store's).
+    """
+    info = read_manifest(folder)["tokenizer"]
+    got = hashlib.sha256((tokenizer_json or "byte").encode()).hexdigest()
+    if got != info["sha256"]:
+        raise DataError(
+            f"The run's tokenizer is not the one the token store {folder} was made with "
+            f"(sha256 {got[:12]}... vs {info['sha256'][:12]}... in manifest.json): its ids would "
+            "mean other text. Train a new run on this store, or point data.path at the store "
+            "this run was trained on."
+        )

@@ -1,0 +1,212 @@
+"""gpt prepare and the token store: formats, split, resume, re-run, bad input, training reads."""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpt_models import DataConfig, DataError, load_dataset, main, prepare, train_batch
+
+
+def _jsonl(path: Path, texts: list[str], field: str = "text") -> Path:
+    path.write_text("".join(json.dumps({field: t}) + "\n" for t in texts), encoding="utf-8")
+    return path
+
+
+def _docs(n: int, tag: str = "doc") -> list[str]:
+    return [f"{tag} {i}: " + "lorem ipsum dolor " * (i % 5 + 1) for i in range(n)]
+
+
+def _ids(store: Path, split: str) -> np.ndarray:
+    files = sorted(store.glob(f"{split}-*.bin"))
+    return np.concatenate([np.fromfile(f, dtype="<u2") for f in files])
+
+
+def test_store_holds_every_document_once_ended_by_eot(tmp_path):
+    texts = _docs(40)
+    (tmp_path / "in").mkdir()
+    _jsonl(tmp_path / "in" / "a.jsonl", texts[:20])
+    with gzip.open(tmp_path / "in" / "b.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": t}) + "\n" for t in texts[20:])
+    (tmp_path / "in" / "c.md").write_text("a whole file is one document", encoding="utf-8")
+    r = prepare([tmp_path / "in"], tmp_path / "st", val_fraction=0.25, shard_tokens=300)
+    m = r.manifest
+    assert m["dtype"] == "uint16" and m["tokenizer"]["eot_id"] == 0
+    assert m["documents"]["train"] + m["documents"]["val"] == 41
+    assert 0 < m["documents"]["val"] < 41
+    assert [s["name"] for s in m["sources"]] == ["in/a.jsonl", "in/b.jsonl.gz", "in/c.md"]
+    assert all(s["tokens"] == 300 for s in m["shards"]["train"][:-1])
+    got = []
+    for split in ("train", "val"):
+        ids = _ids(tmp_path / "st", split)
+        assert ids[-1] == 0  # every document, the last too, ends with the end-of-text id
+        got += bytes(ids.astype(np.uint8)).decode().split("\0")[:-1]
+    assert sorted(got) == sorted([*texts, "a whole file is one document"])
+    assert r.tokens == m["tokens"] and not r.up_to_date
+
+
+def test_rerun_does_nothing_and_says_so(tmp_path, capsys):
+    src = _jsonl(tmp_path / "a.jsonl", _docs(10))
+    assert main(["prepare", str(src), "--out", str(tmp_path / "st")]) == 0
+    stamp = (tmp_path / "st" / "manifest.json").stat().st_mtime_ns
+    assert main(["prepare", str(src), "--out", str(tmp_path / "st")]) == 0
+    out = capsys.readouterr().out
+    assert "is up to date" in out and "nothing to do" in out
+    assert (tmp_path / "st" / "manifest.json").stat().st_mtime_ns == stamp
+
+
+def test_split_is_stable_when_files_are_added(tmp_path):
+    (tmp_path / "d").mkdir()
+    _jsonl(tmp_path / "d" / "a.jsonl", _docs(200))
+    one = prepare([tmp_path / "d"], tmp_path / "s1", val_fraction=0.2).manifest
+    _jsonl(tmp_path / "d" / "0.jsonl", _docs(50, "new"))
+    two = prepare([tmp_path / "d"], tmp_path / "s2", val_fraction=0.2).manifest
+    a1 = next(s for s in one["sources"] if s["name"] == "d/a.jsonl")
+    a2 = next(s for s in two["sources"] if s["name"] == "d/a.jsonl")
+    assert a1["val_documents"] == a2["val_documents"] > 0
+
+
+def test_interrupted_prepare_resumes_to_the_same_store(tmp_path, monkeypatch):
+    import gpt_models._data.prepare as prep  # internals: to stop the run at a chosen chunk
+
+    src = _jsonl(tmp_path / "a.jsonl", _docs(300))
+    whole = prepare([src], tmp_path / "whole", val_fraction=0.1, shard_tokens=500).manifest
+    monkeypatch.setattr(prep, "_CHUNK_BYTES", 400)
+    real, calls = prep.write_json_atomic, []
+
+    def dies(path, obj):  # like kill -9 after the 5th chunk's ids are written, before its state
+        calls.append(path)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        real(path, obj)
+
+    monkeypatch.setattr(prep, "write_json_atomic", dies)
+    with pytest.raises(KeyboardInterrupt):
+        prepare([src], tmp_path / "st", val_fraction=0.1, shard_tokens=500)
+    assert not (tmp_path / "st" / "manifest.json").exists()
+    monkeypatch.setattr(prep, "write_json_atomic", real)
+    again = prepare([src], tmp_path / "st", val_fraction=0.1, shard_tokens=500).manifest
+    assert again["tokens"] == whole["tokens"]
+    assert again["shards"] == whole["shards"]
+    assert not (tmp_path / "st" / ".prepare-state.json").exists()
+
+
+def test_other_tokenizer_into_the_same_store_is_refused(tmp_path):
+    src = _jsonl(tmp_path / "a.jsonl", _docs(50))
+    prepare([src], tmp_path / "st")
+    with pytest.raises(DataError, match="from other inputs or settings .*tokenizer_arg"):
+        prepare([src], tmp_path / "st", tokenizer="bpe", bpe_vocab_size=300)
+
+
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        ("{not json", r"a\.jsonl:3 is not JSON"),
+        (
+            '{"body": "x"}',
+            r"a\.jsonl:3 has no string field 'text' \(keys: \['body'\]\).*--text-field body",
+        ),
+    ],
+)
+def test_bad_jsonl_line_is_named(tmp_path, line, match):
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"text": "a"}\n{"text": "b"}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=match):
+        prepare([src], tmp_path / "st")
+    assert not (tmp_path / "st" / "manifest.json").exists()
+
+
+def test_empty_corpus_and_unknown_inputs(tmp_path):
+    (tmp_path / "e.jsonl").write_text("\n", encoding="utf-8")
+    with pytest.raises(DataError, match="holds no text"):
+        prepare([tmp_path / "e.jsonl"], tmp_path / "st")
+    (tmp_path / "x.csv").write_text("a,b", encoding="utf-8")
+    with pytest.raises(DataError, match=r"x\.csv is not a kind of file gpt prepare reads"):
+        prepare([tmp_path / "x.csv"], tmp_path / "st2")
+    with pytest.raises(DataError, match="does not exist"):
+        prepare([tmp_path / "missing"], tmp_path / "st3")
+
+
+def test_undecodable_bytes_are_replaced_and_counted(tmp_path):
+    (tmp_path / "a.txt").write_bytes(b"good \xff\xfe text")
+    m = prepare([tmp_path / "a.txt"], tmp_path / "st", val_fraction=0.0).manifest
+    assert m["undecodable_bytes"] == 2
+    assert (
+        bytes(_ids(tmp_path / "st", "train")[:-1].astype(np.uint8)).decode()
+        == "good \ufffd\ufffd text"
+    )
+
+
+def test_full_disk_is_a_clear_error_and_nothing_looks_complete(tmp_path, monkeypatch):
+    src = _jsonl(tmp_path / "a.jsonl", _docs(20))
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(DataError, match="is full .*Free some space and re-run"):
+        prepare([src], tmp_path / "st")
+    assert not (tmp_path / "st" / "manifest.json").exists()
+    monkeypatch.undo()
+    assert prepare([src], tmp_path / "st").tokens["train"] > 0
+
+
+def test_zst_and_parquet_inputs(tmp_path):
+    zstandard = pytest.importorskip("zstandard", reason="the gpt-models[zstd] extra")
+    pa = pytest.importorskip("pyarrow", reason="the gpt-models[parquet] extra")
+    import pyarrow.parquet as pq
+
+    line = (json.dumps({"text": "zst doc"}) + "\n").encode()
+    (tmp_path / "a.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(line * 3))
+    pq.write_table(pa.table({"body": ["pq one", "pq two"]}), tmp_path / "b.parquet")
+    with pytest.raises(DataError, match=r"b\.parquet has no column 'text' \(columns: \['body'\]\)"):
+        prepare([tmp_path / "b.parquet"], tmp_path / "st0")
+    m = prepare([tmp_path / "b.parquet"], tmp_path / "st1", text_field="body").manifest
+    assert m["documents"]["train"] + m["documents"]["val"] == 2
+    m = prepare([tmp_path / "a.jsonl.zst"], tmp_path / "st2").manifest
+    assert m["tokens"]["train"] + m["tokens"]["val"] == 3 * len("zst doc\0")
+
+
+def test_training_batches_read_the_store_like_an_array(tmp_path):
+    src = _jsonl(tmp_path / "a.jsonl", _docs(200))
+    prepare([src], tmp_path / "st", val_fraction=0.1, shard_tokens=700)
+    ds = load_dataset(DataConfig(path=str(tmp_path / "st")), seq_len=16, vocab_size=256)
+    flat = _ids(tmp_path / "st", "train")
+    assert len(ds.train) == len(flat) and len(ds.val) == len(_ids(tmp_path / "st", "val"))
+    kw = {"seed": 3, "batch_size": 8, "grad_accum": 2, "seq_len": 16}
+    np.testing.assert_array_equal(train_batch(ds.train, 5, **kw), train_batch(flat, 5, **kw))
+
+
+def test_damaged_shard_and_wrong_tokenizer_at_train_time(tmp_path):
+    src = _jsonl(tmp_path / "a.jsonl", _docs(200))
+    prepare([src], tmp_path / "st", shard_tokens=700)
+    cfg = DataConfig(path=str(tmp_path / "st"))
+    with pytest.raises(DataError, match="made by the 'byte' tokenizer .*data.tokenizer = 'bpe'"):
+        load_dataset(
+            DataConfig(path=str(tmp_path / "st"), tokenizer="bpe"), seq_len=8, vocab_size=256
+        )
+    shard = tmp_path / "st" / "train-00001.bin"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-2] + b"\x07\x00")
+    with pytest.raises(
+        DataError, match=r"train-00001\.bin has the recorded size but not the recorded sha256"
+    ):
+        load_dataset(cfg, seq_len=8, vocab_size=256)
+    shard.write_bytes(data[:-2])
+    with pytest.raises(
+        DataError, match=r"train-00001\.bin has 1,398 bytes, but manifest.json records 1,400"
+    ):
+        load_dataset(cfg, seq_len=8, vocab_size=256)
+
+
+def test_cli_bad_input_exits_2_without_traceback(tmp_path, capsys):
+    (tmp_path / "a.jsonl").write_text("oops\n", encoding="utf-8")
+    assert main(["prepare", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "st")]) == 2
+    err = capsys.readouterr().err
+    assert "a.jsonl:1 is not JSON" in err and "Traceback" not in err
