@@ -68,5 +68,9 @@ from ._training.step import init_state as init_state
 from ._training.step import make_optimizer as make_optimizer
 from ._training.step import make_schedule as make_schedule
 from ._training.step import to_items as to_items
+from ._training.tasks import TaskScore as TaskScore
+from ._training.tasks import evaluate_task as evaluate_task
+from ._training.text_eval import TextScore as TextScore
+from ._training.text_eval import evaluate_text as evaluate_text
 
 __version__ = "0.1.0"

@@ -112,12 +112,16 @@ def sample_command(args: argparse.Namespace) -> int:
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    """``gpt eval``: print ``val_loss <x>`` of a run's newest checkpoint."""
+    """``gpt eval``: ``val_loss <x>`` of a run's newest checkpoint, or ``--text`` / ``--task`` scores."""
     from .._training.evaluate import evaluate_run
 
     run = _chosen_run(args)
-    print(f"val_loss {evaluate_run(run, _run_config(args, run, _EVAL_KEYS)):.6f}")
-    return 0
+    if args.text is None and args.task is None:
+        print(f"val_loss {evaluate_run(run, _run_config(args, run, _EVAL_KEYS)):.6f}")
+        return 0
+    from .eval_report import eval_files
+
+    return eval_files(args, run, _run_config(args, run, _EVAL_KEYS))
 
 
 def _maybe_distributed(args: argparse.Namespace) -> None:

@@ -44,7 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     _sample_parser(sub.add_parser("sample", help="generate text from a run's newest checkpoint"))
     _eval_parser(
-        sub.add_parser("eval", help="print the validation loss of a run's newest checkpoint")
+        sub.add_parser(
+            "eval", help="validation loss, bits per byte of text, or task accuracy of a run"
+        )
     )
     _config_parser(sub.add_parser("config", help="show a resolved config: gpt config show"))
     return parser
@@ -114,6 +116,19 @@ def _sample_parser(p: argparse.ArgumentParser) -> None:
 
 def _eval_parser(p: argparse.ArgumentParser) -> None:
     _run_args(p, "data.* keys or train.eval_batches", "train.eval_batches=4")
+    p.add_argument("--text", nargs="+", default=None, metavar="FILE_OR_DIR",
+                   help="score whole text files (folders: their UTF-8 files): nats/token and "
+                        "bits per byte, sliding window")  # fmt: skip
+    p.add_argument("--stride", type=int, default=None,
+                   help="--text: tokens between window starts, 1..model.seq_len "
+                        "(default seq_len // 2; seq_len = non-overlapping windows)")  # fmt: skip
+    p.add_argument("--task", nargs="+", default=None, metavar="FILE.jsonl",
+                   help="multiple-choice / cloze accuracy on JSONL task files; saved as "
+                        "RUN/evals/<task>-<step>.json")  # fmt: skip
+    p.add_argument("--format", default=None, choices=("hellaswag", "mc", "cloze"),
+                   help="--task file format (default: told by the first example's fields)")  # fmt: skip
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="windows (--text) or context+choice rows (--task) per model call; default 8")  # fmt: skip
 
 
 def _config_parser(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,277 @@
+"""Multiple-choice and cloze accuracy of trained params on JSONL task files.
+
+A choice is scored by the sum of its tokens' log-probabilities given the context (context and
+choice are tokenized separately and joined, choice appended verbatim). ``acc`` picks the choice
+with the largest sum, ``acc_norm`` the largest sum per UTF-8 byte of the choice (as
+lm-evaluation-harness reports them). A cloze example is right when greedy decoding after the
+context gives exactly the target's tokens (LAMBADA's last-word accuracy).
+
+When context + choice do not fit the context window (``model.seq_len + 1`` tokens), the choice is
+kept whole and the context is cut from the left; such examples are counted in ``truncated``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from .._config.schema import Config
+from .._data.byte_tokenizer import ByteTokenizer
+from .._data.corpus import Tokenizer
+from .._errors import DataError, UsageError
+from .scoring import on_one_device, score_windows
+
+FORMATS = ("mc", "hellaswag", "cloze")
+_SCHEMAS = {
+    "mc": '{"context": "The sky is", "choices": [" blue", " loud"], "label": 0}',
+    "hellaswag": '{"ctx": "A man sits down. He", "endings": ["plays.", "melts."], "label": 0}',
+    "cloze": '{"context": "The cat sat on the", "target": " mat"}',
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskExample:
+    """One example: a context, its choices (a cloze target is the only choice) and the right one."""
+
+    context: str
+    choices: tuple[str, ...]
+    label: int
+    where: str  # file:line, for messages
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskScore:
+    """What :func:`evaluate_task` measured on one task file.
+
+    ``acc``: share of examples whose highest-likelihood choice is the label (cloze: whose greedy
+    continuation is the target); ``acc_norm``: the same with likelihoods per byte of the choice
+    (equal to ``acc`` for cloze); ``chance``: the expected ``acc`` of guessing (0 for cloze);
+    ``truncated``: examples whose context was cut from the left to fit; ``loglik``: each example's
+    choice log-likelihoods (nats).
+    """
+
+    task: str
+    format: str
+    examples: int
+    acc: float
+    acc_norm: float
+    chance: float
+    truncated: int
+    examples_per_s: float
+    loglik: tuple[tuple[float, ...], ...]
+
+    def summary(self) -> dict[str, Any]:
+        """The numbers without the per-example log-likelihoods (for tables and metrics)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "loglik"}
+
+
+def load_task(path: str | Path, format: str | None = None) -> tuple[str, list[TaskExample]]:
+    """The format (given, or told by the first example's fields) and examples of a JSONL file.
+
+    Raises:
+        DataError: a missing or empty file, a line that is not a JSON object, a missing field, an
+            empty choice list or a label out of range; the message names ``file:line``.
+    """
+    path = Path(path)
+    if format is not None and format not in FORMATS:
+        raise UsageError(f"Unknown task format {format!r}; expected one of {', '.join(FORMATS)}.")
+    if not path.is_file():
+        raise DataError(f"Task file {path} does not exist. Pass a JSONL file, one example a line.")
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            rows.append((f"{path}:{n}", _parse(line, f"{path}:{n}")))
+    if not rows:
+        raise DataError(f"Task file {path} holds no examples; expected one JSON object a line.")
+    fmt = format or _guess(rows[0][1], rows[0][0])
+    return fmt, [_example(row, where, fmt) for where, row in rows]
+
+
+def _parse(line: str, where: str) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise DataError(
+            f"{where}: not valid JSON ({err.msg} at column {err.colno}). A task file holds one "
+            f"JSON object a line, e.g. {_SCHEMAS['mc']}"
+        ) from err
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}.")
+    return row
+
+
+def _guess(row: dict[str, Any], where: str) -> str:
+    for fmt, key in (("hellaswag", "endings"), ("mc", "choices"), ("cloze", "target")):
+        if key in row:
+            return fmt
+    raise DataError(
+        f"{where}: cannot tell the task format from the fields {sorted(row)}. Expected one of: "
+        + "; ".join(f"{f}: {s}" for f, s in _SCHEMAS.items())
+        + ". Or name it with --format."
+    )
+
+
+def _example(row: dict[str, Any], where: str, fmt: str) -> TaskExample:
+    if fmt == "cloze":
+        context, target = (
+            _field(row, "context", str, where, fmt),
+            _field(row, "target", str, where, fmt),
+        )
+        return _checked(TaskExample(context, (target,), 0, where))
+    if fmt == "hellaswag":
+        context = row["ctx"] if "ctx" in row else _field(row, "ctx_a", str, where, fmt) + " " + _field(row, "ctx_b", str, where, fmt)  # fmt: skip
+        choices = tuple(" " + e for e in _strings(row, "endings", where, fmt))
+    else:
+        context = _field(row, "context", str, where, fmt)
+        choices = tuple(_strings(row, "choices", where, fmt))
+    label = row.get("label")
+    if isinstance(label, str) and label.strip().isdigit():
+        label = int(label)  # HellaSwag's files store the label as a string
+    if not isinstance(label, int) or isinstance(label, bool):
+        raise DataError(
+            f"{where}: label = {label!r}; a {fmt} example needs an integer label, the 0-based "
+            f"index of the right choice. Example: {_SCHEMAS[fmt]}"
+        )
+    return _checked(TaskExample(str(context), choices, label, where))
+
+
+def _checked(ex: TaskExample) -> TaskExample:
+    if not ex.choices:
+        raise DataError(
+            f"{ex.where}: the choice list is empty; a multiple-choice example needs at least one "
+            "choice (and a label indexing it)."
+        )
+    if not 0 <= ex.label < len(ex.choices):
+        raise DataError(
+            f"{ex.where}: label = {ex.label} is out of range for {len(ex.choices)} choices; labels "
+            f"are 0-based indices into the choices (0..{len(ex.choices) - 1})."
+        )
+    if not ex.context:
+        raise DataError(
+            f"{ex.where}: the context is empty; the first token of a choice needs a context to be "
+            "scored after."
+        )
+    return ex
+
+
+def _field(row: dict[str, Any], key: str, kind: type, where: str, fmt: str) -> Any:
+    if not isinstance(row.get(key), kind):
+        got = "missing" if key not in row else f"{type(row[key]).__name__} {row[key]!r}"
+        raise DataError(
+            f"{where}: field {key!r} is {got}; a {fmt} example needs it as a {kind.__name__}. "
+            f"Example: {_SCHEMAS[fmt]}"
+        )
+    return row[key]
+
+
+def _strings(row: dict[str, Any], key: str, where: str, fmt: str) -> list[str]:
+    values = _field(row, key, list, where, fmt)
+    if not all(isinstance(v, str) for v in values):
+        raise DataError(f"{where}: every entry of {key!r} must be a string, got {values!r}.")
+    return values
+
+
+def evaluate_task(params: Any, config: Config, path: str | Path, *, format: str | None = None,
+                  tokenizer: Tokenizer | None = None, batch_size: int = 8,
+                  stream: TextIO | None = None) -> TaskScore:  # fmt: skip
+    """Accuracy of ``params`` on a JSONL task file (formats: ``mc``, ``hellaswag``, ``cloze``).
+
+    Args:
+        params: the model parameters.
+        config: the run's config (its ``model`` section is used).
+        path: the JSONL file; one example a line.
+        format: ``mc``, ``hellaswag`` or ``cloze``; default: told by the first example's fields.
+        tokenizer: the run's tokenizer (default bytes).
+        batch_size: (context, choice) rows per model call.
+        stream: where a progress line goes (e.g. ``sys.stderr``); default none.
+
+    Raises:
+        DataError: a bad task file (see :func:`load_task`), or a choice longer than the context
+            window (it cannot be scored whole).
+
+    Example:
+        >>> import dataclasses, jax, json, tempfile, pathlib
+        >>> from gpt_models import PRESETS, evaluate_task, init_params
+        >>> tiny = PRESETS["tiny"]
+        >>> cfg = dataclasses.replace(tiny, model=dataclasses.replace(
+        ...     tiny.model, seq_len=16, d_model=32, n_layers=1, n_heads=2))
+        >>> file = pathlib.Path(tempfile.mkdtemp()) / "sky.jsonl"
+        >>> _ = file.write_text(json.dumps({"context": "The sky is", "choices": [" blue", " loud"],
+        ...                                 "label": 0}) + "\\n")
+        >>> score = evaluate_task(init_params(cfg.model, jax.random.key(0)), cfg, file)
+        >>> score.format, score.examples, score.chance, len(score.loglik[0])
+        ('mc', 1, 0.5, 2)
+    """
+    started = time.perf_counter()
+    fmt, examples = load_task(path, format)
+    tok = tokenizer or ByteTokenizer()
+    windows, spans, truncated = _windows(examples, tok, config.model.seq_len)
+    scores = score_windows(
+        on_one_device(params), config.model, windows, batch_size=batch_size,
+        label=f"eval {Path(path).name}", stream=stream,
+    )  # fmt: skip
+    it = iter(zip(scores, spans, strict=True))
+    loglik, greedy = [], []
+    for ex in examples:
+        rows = [next(it) for _ in ex.choices]
+        loglik.append(tuple(float(lp[-k:].sum()) for (lp, _), k in rows))
+        greedy.append(bool(rows[0][0][1][-rows[0][1] :].all()))
+    labels = np.array([ex.label for ex in examples])
+    if fmt == "cloze":
+        acc = acc_norm = float(np.mean(greedy))
+        chance = 0.0
+    else:
+        acc = float(np.mean([np.argmax(ll) for ll in loglik] == labels))
+        lengths = [[max(len(c.encode()), 1) for c in ex.choices] for ex in examples]
+        normed = [np.argmax(np.array(ll) / n) for ll, n in zip(loglik, lengths, strict=True)]
+        acc_norm = float(np.mean(normed == labels))
+        chance = float(np.mean([1 / len(ex.choices) for ex in examples]))
+    seconds = time.perf_counter() - started
+    return TaskScore(
+        task=Path(path).stem, format=fmt, examples=len(examples), acc=acc, acc_norm=acc_norm,
+        chance=chance, truncated=truncated, examples_per_s=len(examples) / max(seconds, 1e-9),
+        loglik=tuple(loglik),
+    )  # fmt: skip
+
+
+def _windows(examples: list[TaskExample], tok: Tokenizer, seq_len: int) -> tuple[list[np.ndarray], list[int], int]:  # fmt: skip
+    windows, spans, truncated = [], [], 0
+    for ex in examples:
+        ctx = np.asarray(tok.encode(ex.context), np.int32)
+        cut = False
+        for j, choice in enumerate(ex.choices):
+            cont = np.asarray(tok.encode(choice), np.int32)
+            if len(cont) > seq_len:
+                raise DataError(
+                    f"{ex.where}: choice {j} is {len(cont)} tokens, longer than the model's context "
+                    f"window (model.seq_len = {seq_len}), so it cannot be scored whole (the "
+                    "context is cut from the left to fit, never the choice). Shorten the choice "
+                    "or evaluate a model with a longer context."
+                )
+            if len(cont) == 0:
+                raise DataError(f"{ex.where}: choice {j} is empty; every choice needs some text.")
+            full = np.concatenate([ctx, cont])
+            cut |= len(full) > seq_len + 1
+            windows.append(full[-(seq_len + 1) :])
+            spans.append(len(cont))
+        truncated += cut
+    return windows, spans, truncated
+
+
+def save_task_score(score: TaskScore, run: str | Path, step: int) -> Path:
+    """Write ``score`` as ``RUN/evals/<task>-<step>.json`` (atomically: a temp file, then a rename)."""
+    folder = Path(run) / "evals"
+    folder.mkdir(exist_ok=True)
+    name = (
+        "".join(c if c.isalnum() or c in "-_." else "_" for c in score.task).lstrip(".") or "task"
+    )
+    target = folder / f"{name}-{step}.json"
+    tmp = folder / f".{target.name}.tmp"
+    tmp.write_text(json.dumps(dataclasses.asdict(score) | {"step": step}, indent=1) + "\n")
+    tmp.replace(target)
+    return target
