@@ -70,6 +70,8 @@ EXPECTED |= {"keep_host_memory", "tune_host_allocator"}
 EXPECTED |= {"TaskScore", "TextScore", "evaluate_task", "evaluate_text"}
 # Corpora larger than memory (issue 23): gpt prepare as a function.
 EXPECTED |= {"PrepareResult", "prepare"}
+# Real checkpoints (issue 22): Hugging Face GPT-2 / Llama folders in and out.
+EXPECTED |= {"CheckpointFormatError", "export_hf", "import_hf"}
 
 
 def test_exported_names_are_pinned():

@@ -120,6 +120,8 @@ class MLP(Module):
         kernel_metadata: one metadata mapping for every kernel, or a sequence with one per
             layer, e.g. ``[{'logical_axes': ('embed', 'mlp')}, {'logical_axes': ('mlp',
             'embed')}]`` for paramspec (a gate uses its layer's).
+        bias_metadata: the same for the biases (with ``use_bias``), e.g. ``[{'logical_axes':
+            ('mlp',)}, {'logical_axes': ('embed',)}]``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -151,6 +153,7 @@ class MLP(Module):
         kernel_init: Initializer | Sequence[Initializer | None] | None = None,
         bias_init: Initializer = jax.nn.initializers.zeros,
         kernel_metadata: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        bias_metadata: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
     ) -> None:
@@ -165,6 +168,7 @@ class MLP(Module):
         self.activate_final = activate_final
         inits = self._per_layer(kernel_init, len(sizes), "kernel_init", callable)
         metas = self._per_layer(kernel_metadata, len(sizes), "kernel_metadata", _is_mapping)
+        bias_metas = self._per_layer(bias_metadata, len(sizes), "bias_metadata", _is_mapping)
 
         def linear(name: str, i: int) -> Linear:
             return Linear(
@@ -175,6 +179,7 @@ class MLP(Module):
                 kernel_init=inits[i],
                 bias_init=bias_init,
                 kernel_metadata=metas[i],
+                bias_metadata=bias_metas[i],
                 dtype=dtype,
                 param_dtype=param_dtype,
             )

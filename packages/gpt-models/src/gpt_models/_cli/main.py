@@ -15,6 +15,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .hf import export_parser, import_parser
 from .prepare import prepare_parser
 
 EXIT_USAGE = 2
@@ -32,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=f"Config keys: {_SHOW}",
     )
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{train,prepare,sample,eval,config}"
+        dest="command", required=True, metavar="{train,prepare,sample,eval,config,import,export}"
     )
     _train_parser(
         sub.add_parser(
@@ -49,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
         )
     )
     _config_parser(sub.add_parser("config", help="show a resolved config: gpt config show"))
+    import_parser(
+        sub.add_parser("import", help="make a run folder from a Hugging Face model folder")
+    )
+    export_parser(sub.add_parser("export", help="write a run as a Hugging Face model folder"))
     return parser
 
 
@@ -193,3 +198,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+    from .hf import export_command, import_command
+        "import": import_command,
+        "export": export_command,

@@ -40,6 +40,8 @@ class ModelConfig:
 
     Attributes:
         vocab_size: number of token ids (256 for the byte tokenizer).
+        vocab_real: ids the tokenizer really uses when vocab_size is padded past them for faster
+            matmuls (0 = vocab_size); the padded ids get -inf logits: never sampled, never scored.
         seq_len: context length in tokens; training windows and sampling are capped by it.
         d_model: width of the residual stream.
         n_layers: number of transformer blocks.
@@ -58,6 +60,9 @@ class ModelConfig:
         remat: recompute activations in the backward pass: none, full or dots (keep matmul outputs).
         scan_layers: run the blocks with a scan (faster compile) instead of an unrolled loop.
         init_std: standard deviation of the normal initialisation of weight matrices.
+        bias: biases on the query/key/value, attention-output, MLP-in and MLP-out projections
+            (GPT-2 has them, Llama not).
+        norm_eps: epsilon of every LayerNorm/RMSNorm (GPT-2: 1e-5; Llama: 1e-5 or 1e-6).
     """
 
     vocab_size: int = 256
@@ -79,6 +84,14 @@ class ModelConfig:
     remat: str = "none"
     scan_layers: bool = True
     init_std: float = 0.02
+    bias: bool = False
+    norm_eps: float = 1e-6
+    vocab_real: int = 0
+
+    @property
+    def real_vocab(self) -> int:
+        """The ids in use: ``vocab_real``, or ``vocab_size`` when it is 0."""
+        return self.vocab_real or self.vocab_size
 
     @property
     def kv_heads(self) -> int:
@@ -263,6 +276,13 @@ def validate(cfg: Config) -> Config:
     if t.batch_size % max(t.grad_accum, 1):
         problems.append(
             f"train.batch_size = {t.batch_size} must be divisible by train.grad_accum = {t.grad_accum}"
+    if not 0 <= m.vocab_real <= m.vocab_size:
+        problems.append(
+            f"model.vocab_real = {m.vocab_real} must be between 0 (all of model.vocab_size) and "
+            f"model.vocab_size = {m.vocab_size}"
+        )
+    if not (math.isfinite(m.norm_eps) and m.norm_eps >= 0):
+        problems.append(f"model.norm_eps = {m.norm_eps} must be a finite number >= 0")
         )
     if not 0.0 < cfg.data.val_fraction < 1.0:
         problems.append(f"data.val_fraction = {cfg.data.val_fraction} must be between 0 and 1")
@@ -371,11 +391,13 @@ def _tiny() -> Config:
 
 
 def _gpt2(d_model: int, n_layers: int, n_heads: int) -> Config:
-    # GPT-2 shapes: vocab padded to a multiple of 64 (50257 -> 50304) for fast matmuls, learned
-    # positions, LayerNorm, GELU, tied embeddings; no linear biases (they add ~0.1% parameters).
+    # GPT-2 exactly (its checkpoints import into it): linear biases, LayerNorm eps 1e-5, learned
+    # positions, tanh-GELU, tied embeddings, 50257 ids padded to a multiple of 64 (50304) for fast
+    # matmuls (the padded ids are masked).
     model = ModelConfig(
-        vocab_size=50304, seq_len=1024, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-        mlp="gelu", norm="layernorm", pos="learned", tie_embeddings=True, remat="none",
+        vocab_size=50304, vocab_real=50257, seq_len=1024, d_model=d_model, n_layers=n_layers,
+        n_heads=n_heads, mlp="gelu", norm="layernorm", pos="learned", tie_embeddings=True,
+        remat="none", bias=True, norm_eps=1e-5,
     )  # fmt: skip
     train = TrainConfig(
         steps=5000, batch_size=512, lr=6e-4, warmup_steps=700, grad_accum=8, eval_every=250,
@@ -387,5 +409,21 @@ def _gpt2(d_model: int, n_layers: int, n_heads: int) -> Config:
 PRESETS: Mapping[str, Config] = {
     "tiny": _tiny(),
     "gpt2-small": _gpt2(768, 12, 12),
+def _llama(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, d_ff: int) -> Config:
+    # The Llama architecture: RMSNorm (eps 1e-5), SwiGLU, RoPE, grouped-query attention, no
+    # biases, an untied output head. Sized like the small Llama-style models; the byte tokenizer
+    # by default (a Llama tokenizer.json via data.tokenizer sets the vocabulary).
+    model = ModelConfig(
+        seq_len=256, d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+        d_ff=d_ff, mlp="swiglu", norm="rmsnorm", pos="rope", tie_embeddings=False, bias=False,
+        norm_eps=1e-5, rope_theta=10000.0,
+    )  # fmt: skip
+    train = TrainConfig(
+        steps=300, batch_size=32, lr=3e-3, warmup_steps=30, eval_every=100, checkpoint_every=100
+    )
+    return Config(model=model, train=train)
+
+
     "gpt2-medium": _gpt2(1024, 24, 16),
 }
+    "llama-tiny": _llama(128, 4, 4, 2, 352),

@@ -34,6 +34,9 @@ def prepare_tokenizer(
     if not _vocab_is_known(cfg):
         return tok, cfg  # a .bin without a sidecar: its ids only have to fit model.vocab_size
     want = model_vocab_size(tok)
+    real = tok.vocab_size if tok.vocab_size != want else 0
+    if cfg.model.vocab_real != real and cfg.model.vocab_size == want:
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_real=real))
     if cfg.model.vocab_size != want:
         print(
             f"note: model.vocab_size = {cfg.model.vocab_size} -> {want}: the model's vocabulary "
@@ -41,7 +44,8 @@ def prepare_tokenizer(
             f"{', rounded up to a multiple of 64' if want != tok.vocab_size else ''}).",
             file=stream,
         )
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=want))
+        model = dataclasses.replace(cfg.model, vocab_size=want, vocab_real=real)
+        cfg = dataclasses.replace(cfg, model=model)
     return tok, cfg
 
 

@@ -71,10 +71,11 @@ class _Common:
         # grow with depth (GPT-2).
         self.out_init = jax.nn.initializers.normal(cfg.init_std / math.sqrt(2 * cfg.n_layers))
         self.layernorm = cfg.norm == "layernorm"
+        self.eps = cfg.norm_eps
 
     def norm(self, graph: bx.Graph) -> bx.Module:
         kwargs = {
-            "eps": 1e-6,
+            "eps": self.eps,
             "scale_metadata": _axes(None),
             "dtype": self.dtype,
             "param_dtype": self.param_dtype,
@@ -106,11 +107,16 @@ class Block(bx.Module):
             kernel_init=c.init,
             out_init=c.out_init,
             qk_norm=cfg.qk_norm,
+            use_bias=cfg.bias,
             metadata={
                 "query": _axes("embed", "heads", "head_dim"),
                 "key": _axes("embed", "kv_heads", "head_dim"),
                 "value": _axes("embed", "kv_heads", "head_dim"),
                 "out": _axes("heads", "head_dim", "embed"),
+                "query_bias": _axes("heads", "head_dim"),
+                "key_bias": _axes("kv_heads", "head_dim"),
+                "value_bias": _axes("kv_heads", "head_dim"),
+                "out_bias": _axes("embed"),
                 "query_norm": _axes(None),
                 "key_norm": _axes(None),
             },
@@ -124,9 +130,10 @@ class Block(bx.Module):
             rng=rng,
             activation=_MLP_ACTIVATIONS[cfg.mlp],
             gated=cfg.mlp == "swiglu",
-            use_bias=False,
+            use_bias=cfg.bias,
             kernel_init=[c.init, c.out_init],
             kernel_metadata=[_axes("embed", "mlp"), _axes("mlp", "embed")],
+            bias_metadata=[_axes("mlp"), _axes("embed")],
             dtype=c.dtype,
             param_dtype=c.param_dtype,
         )
@@ -237,6 +244,8 @@ class GPT(bx.Module):
         logits = logits.astype(jnp.float32)
         if cfg.logit_softcap > 0:
             logits = cfg.logit_softcap * jnp.tanh(logits / cfg.logit_softcap)
+        if cfg.real_vocab < cfg.vocab_size:  # padded ids: never sampled, never scored
+            logits = jnp.where(jnp.arange(cfg.vocab_size) < cfg.real_vocab, logits, -jnp.inf)
         return logits, params
 
     def _embed(self, params: bx.Params, tokens: Array, constrain: Any) -> tuple[Array, bx.Params]:

@@ -64,12 +64,17 @@ def _global_norm(tree: Any) -> jax.Array:
 
 
 def _decay_mask(params: Any) -> Any:
-    # Weight decay on matrices only: decaying norm scales towards 0 fights the normalisation. A
-    # matrix has two or more axes besides the stacked "layers" axis (read from the logical axes,
-    # so a stacked norm scale (layers, d_model) is not mistaken for one).
+    # Weight decay on weight matrices only, chosen by logical axes (not by rank, which stacking
+    # under "layers" changes): a matrix maps the residual stream ("embed") to or from another axis,
+    # so the projections, the token and position embeddings and the output head are decayed, and
+    # biases ((heads, head_dim) of a query bias included) and norm scales are not: decaying those
+    # towards 0 fights the normalisation or shifts the activations. Params without logical axes
+    # fall back to rank >= 2.
     def is_matrix(p: Any) -> bool:
-        axes = p.logical_axes or (None,) * len(p.shape)
-        return sum(a != "layers" for a in axes) >= 2
+        if not p.logical_axes:
+            return len(p.shape) >= 2
+        axes = [a for a in p.logical_axes if a != "layers"]
+        return "embed" in axes and len(axes) >= 2
 
     return params.map(is_matrix)
 

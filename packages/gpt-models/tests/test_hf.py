@@ -1,0 +1,194 @@
+"""Hugging Face interop: the GPT-2/Llama architectures, import/export, padded vocabularies.
+
+The golden folders and ``.npz`` files under tests/data are written by ``data/make_hf_golden.py``
+with torch + transformers (not needed here): transformers' logits, loss and greedy continuation of
+small random models whose every weight, biases included, is non-zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from gpt_models import (
+    PRESETS,
+    CheckpointFormatError,
+    ModelConfig,
+    export_hf,
+    forward,
+    generate,
+    import_hf,
+    init_params,
+    load_run,
+    loss_fn,
+    main,
+    make_optimizer,
+)
+
+DATA = Path(__file__).parent / "data"
+GOLDEN = ("hf_gpt2", "hf_llama")
+
+
+def test_gpt2_presets_are_gpt2_and_llama_tiny_is_llama():
+    m = PRESETS["gpt2-small"].model
+    assert (m.bias, m.norm_eps, m.vocab_size, m.vocab_real) == (True, 1e-5, 50304, 50257)
+    assert (m.pos, m.mlp, m.norm, m.tie_embeddings) == ("learned", "gelu", "layernorm", True)
+    llama = PRESETS["llama-tiny"].model
+    assert (llama.norm, llama.mlp, llama.pos, llama.tie_embeddings, llama.bias) == (
+        "rmsnorm", "swiglu", "rope", False, False,
+    )  # fmt: skip
+    assert llama.kv_heads < llama.n_heads
+
+
+def test_padded_ids_are_never_scored_or_sampled():
+    cfg = ModelConfig(vocab_size=64, vocab_real=50, seq_len=16, d_model=32, n_layers=1, n_heads=2)
+    params = init_params(cfg, jax.random.key(0))
+    logits = forward(params, jnp.zeros((1, 4), jnp.int32), cfg)
+    assert bool(jnp.all(jnp.isneginf(logits[..., 50:]))) and bool(
+        jnp.all(jnp.isfinite(logits[..., :50]))
+    )
+    out = generate(params, jnp.zeros((4, 1), jnp.int32), cfg, max_new_tokens=12, temperature=2.0,
+                   key=jax.random.key(1))  # fmt: skip
+    assert int(jnp.max(out)) < 50
+    assert bool(jnp.isfinite(loss_fn(params, jnp.zeros((2, 5), jnp.int32), cfg)))
+
+
+def test_weight_decay_skips_biases_and_norms_by_logical_axes():
+    cfg = dataclasses.replace(PRESETS["gpt2-small"].model, vocab_size=64, vocab_real=0,
+                              seq_len=8, d_model=16, n_layers=2, n_heads=2)  # fmt: skip
+    params = init_params(cfg, jax.random.key(0))
+    params = params.map(lambda p: jnp.ones_like(p.value))
+    t = dataclasses.replace(PRESETS["tiny"].train, weight_decay=0.5, warmup_steps=0, grad_clip=0.0)
+    opt = make_optimizer(t)
+    zeros = params.map(lambda p: jnp.zeros_like(p.value))
+    updates, _ = opt.update(zeros, opt.init(params), params)
+    decayed = {k[-2:]: bool(jnp.any(u.value != 0)) for k, u in updates.items()}
+    assert decayed[("attn", "query")] and decayed[("linear_0", "kernel")]
+    assert decayed[("embed", "embedding")] and decayed[("pos_embed", "embedding")]
+    assert not decayed[("attn", "query_bias")]  # (layers, heads, head_dim): rank 3, still a bias
+    assert not decayed[("linear_0", "bias")] and not decayed[("attn_norm", "scale")]
+    assert isinstance(opt, optax.GradientTransformation)
+
+
+@pytest.mark.parametrize("name", GOLDEN)
+def test_import_matches_transformers(name):
+    gold = np.load(DATA / f"{name}.npz")
+    cfg, params = import_hf(DATA / name)
+    vocab = gold["logits"].shape[-1]
+    assert cfg.model.real_vocab == vocab and cfg.model.vocab_size % 64 == 0
+    logits = np.asarray(forward(params, jnp.asarray(gold["tokens"]), cfg))
+    assert np.abs(logits[..., :vocab] - gold["logits"]).max() <= 1e-4
+    assert np.all(np.isneginf(logits[..., vocab:]))
+    loss = float(loss_fn(params, jnp.asarray(gold["tokens"]), cfg))
+    assert abs(loss - float(gold["loss"])) <= 1e-5
+    prompt = jnp.asarray(gold["tokens"][:1, :4])
+    for cache in (True, False):
+        out = generate(params, prompt, cfg, max_new_tokens=20, temperature=0.0,
+                       key=jax.random.key(0), use_cache=cache)  # fmt: skip
+        assert np.asarray(out)[0, -20:].tolist() == gold["greedy"].tolist()
+
+
+@pytest.mark.parametrize("name", GOLDEN)
+def test_round_trip_is_bit_exact(name, tmp_path):
+    cfg, params = import_hf(DATA / name)
+    export_hf(cfg, params, tmp_path / "out")
+    again_cfg, again = import_hf(tmp_path / "out")
+    assert again_cfg == cfg
+    assert all(np.array_equal(again[k].value, params[k].value) for k in params)
+    export_hf(cfg, params, tmp_path / "bf16", dtype="bfloat16")
+    _, half = import_hf(tmp_path / "bf16", dtype="bfloat16")
+    key = ("gpt", "model", "embed", "embedding")
+    assert half[key].value.dtype == jnp.bfloat16
+    assert np.array_equal(half[key].value, params[key].value.astype(jnp.bfloat16))
+
+
+def test_gpt_import_and_export_commands(tmp_path, capsys):
+    assert main(["import", str(DATA / "hf_gpt2"), "--name", "g", "--out", str(tmp_path)]) == 0
+    cfg, params, step = load_run(tmp_path / "g")
+    want_cfg, want = import_hf(DATA / "hf_gpt2")
+    assert step == 0 and cfg.model == want_cfg.model
+    assert all(np.array_equal(params[k].value, want[k].value) for k in want)
+    assert main(["export", str(tmp_path / "g"), str(tmp_path / "hf")]) == 0
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == [
+        "GPT2LMHeadModel"
+    ]
+    capsys.readouterr()
+    assert main(["import", str(DATA / "hf_gpt2"), "--name", "g", "--out", str(tmp_path)]) == 2
+    assert "exists already" in capsys.readouterr().err
+
+
+def _copy(name: str, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(DATA / name, tmp_path / "src"))
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    raw = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**raw, **changes}))
+
+
+def _resave(folder: Path, edit) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    edit(tensors)
+    save_file(tensors, str(folder / "model.safetensors"))
+
+
+def _drop(t):
+    del t["transformer.h.1.mlp.c_fc.bias"]
+
+
+def _extra(t):
+    t["transformer.h.2.mlp.c_fc.bias"] = np.zeros(128, np.float32)
+
+
+def _truncate(folder: Path) -> None:
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+
+
+BAD = {
+    "architecture": (lambda f: _edit_config(f, architectures=["BertForMaskedLM"]),
+                     "architecture 'BertForMaskedLM' cannot be imported; supported: "
+                     "GPT2LMHeadModel, LlamaForCausalLM"),
+    "missing": (lambda f: _resave(f, _drop),
+                "tensor 'transformer.h.1.mlp.c_fc.bias' is missing (1 missing in all)"),
+    "extra": (lambda f: _resave(f, _extra),
+              "tensor 'transformer.h.2.mlp.c_fc.bias' (1 unexpected in all) is not part of"),
+    "shape": (lambda f: _edit_config(f, n_positions=64),
+              "tensor 'transformer.wpe.weight' has shape (32, 32), which does not fit "
+              "config.json"),
+    "truncated": (_truncate, "is not a readable safetensors file"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_folders_fail_clearly_and_write_nothing(case, tmp_path, capsys):
+    spoil, message = BAD[case]
+    folder = _copy("hf_gpt2", tmp_path)
+    spoil(folder)
+    with pytest.raises(CheckpointFormatError, match=None) as err:
+        import_hf(folder)
+    assert message in str(err.value)
+    assert main(["import", str(folder), "--name", "bad", "--out", str(tmp_path / "runs")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "bad").exists()
+
+
+def test_export_refuses_a_model_without_hf_equivalent(tmp_path):
+    tiny = PRESETS["tiny"].model
+    cfg = dataclasses.replace(tiny, d_model=32, n_layers=1, n_heads=2, seq_len=8)
+    with pytest.raises(CheckpointFormatError, match="is neither GPT-2 .* nor Llama"):
+        export_hf(cfg, init_params(cfg, jax.random.key(0)), tmp_path / "out")
+    cfg = dataclasses.replace(cfg, mlp="swiglu")
+    with pytest.raises(CheckpointFormatError, match="model.qk_norm = True has no LlamaForCausalLM"):
+        export_hf(cfg, init_params(cfg, jax.random.key(0)), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
