@@ -73,6 +73,9 @@ EXPECTED |= {"PrepareResult", "prepare"}
 # Real checkpoints (issue 22): Hugging Face GPT-2 / Llama folders in and out.
 EXPECTED |= {"CheckpointFormatError", "export_hf", "import_hf"}
 
+# Know before spending (issue 24): the memory pre-flight and the typed errors.
+EXPECTED |= {"DiskFullError", "OutOfMemoryError", "Plan", "plan_training"}
+
 
 def test_exported_names_are_pinned():
     public = {n for n in dir(gpt_models) if not n.startswith("_")}

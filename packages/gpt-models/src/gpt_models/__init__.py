@@ -31,6 +31,8 @@ from ._distributed.mesh import RULES as RULES
 from ._distributed.mesh import make_mesh as make_mesh
 from ._errors import ConfigError as ConfigError
 from ._errors import DataError as DataError
+from ._errors import DiskFullError as DiskFullError
+from ._errors import OutOfMemoryError as OutOfMemoryError
 from ._errors import TrainingDivergedError as TrainingDivergedError
 from ._errors import UsageError as UsageError
 from ._model.generate import generate as generate
@@ -56,10 +58,12 @@ from ._runs.hf import export_hf as export_hf
 from ._runs.hf import import_hf as import_hf
 from ._training.host_memory import tune_host_allocator as tune_host_allocator
 from ._training.loop import RunResult as RunResult
+from ._training.loop import plan_training as plan_training
 from ._training.loop import train as train
 from ._training.mfu import PEAK_FLOPS as PEAK_FLOPS
 from ._training.mfu import peak_flops as peak_flops
 from ._training.muon import muon_dimension_numbers as muon_dimension_numbers
+from ._training.preflight import Plan as Plan
 from ._training.progress import plot_losses as plot_losses
 from ._training.signals import TrainingInterrupted as TrainingInterrupted
 from ._training.step import TrainState as TrainState

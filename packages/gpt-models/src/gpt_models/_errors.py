@@ -20,3 +20,20 @@ class DataError(UsageError):
 
 class TrainingDivergedError(RuntimeError):
     """The loss became NaN or infinite; the run stopped with its last good checkpoint intact."""
+
+
+class OutOfMemoryError(UsageError, MemoryError):
+    """The train step needs more memory than the devices have (host RAM on CPU).
+
+    Raised by the memory pre-flight before anything is written, or when XLA reports ``Out of
+    memory`` while running; the message gives both numbers and settings that fit. The CLI exits
+    with status 2, as for other settings that cannot work.
+    """
+
+
+class DiskFullError(OSError):
+    """A file write failed because its filesystem is full (``ENOSPC``) or over quota.
+
+    The newest complete checkpoint stays restorable; the message names the file, the free space
+    and how to continue. The CLI exits with status 4.
+    """

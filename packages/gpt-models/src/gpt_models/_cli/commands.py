@@ -17,7 +17,7 @@ from core_primitives import list_alternatives
 
 from .._config.schema import Config, fit_warmup
 from .._config.toml import apply_overrides, dumps, load_config, parse_set, valid_keys
-from .._errors import ConfigError, UsageError
+from .._errors import ConfigError, DiskFullError, UsageError
 from .._runs.folders import check_run_folder, new_run_dir, run_config
 
 # The keys `gpt sample` / `gpt eval` may override: the rest (shapes above all) is fixed by the run.
@@ -34,6 +34,8 @@ def train_command(args: argparse.Namespace) -> int:
     from .._training.loop import train as run_training
     from .._training.signals import TrainingInterrupted
 
+    if args.dry_run:
+        return _dry_run(args)
     if args.resume:
         run = check_run_folder(args.resume, flag="--resume")
     elif args.name is None and jax.process_count() > 1:
@@ -53,6 +55,10 @@ def train_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 128 + stop.signum
+    except DiskFullError as err:
+        logging.getLogger("absl").setLevel(logging.CRITICAL)  # orbax's writers winding down
+        print(f"gpt: error: {err}", file=sys.stderr)
+        return EXIT_DISK_FULL
     except Exception as err:
         from .._distributed.startup import exit_on_lost_peer, is_peer_failure
         from .._runs.diskfull import disk_full_message
@@ -74,6 +80,20 @@ def train_command(args: argparse.Namespace) -> int:
         f"(config.toml, checkpoints/, metrics/, metrics.csv, loss.png, sample.txt)\n\n--- sample "
         f"---\n{result.sample}\n--------------",
     )
+    return 0
+
+
+def _dry_run(args: argparse.Namespace) -> int:
+    """``gpt train --dry-run``: the plan of the run, compiled but not run; nothing is written."""
+    from .._training.loop import plan_training
+    from .._training.preflight import check_fits
+
+    if args.resume:
+        check_run_folder(args.resume, flag="--resume")
+    plan = plan_training(_train_config(args), args.resume, resume=bool(args.resume))
+    print(f"Plan of this run (dry run: nothing trained, nothing written):\n{plan.describe()}")
+    check_fits(plan)  # OutOfMemoryError: exit 2 with the settings that fit
+    print("It fits: the same command without --dry-run trains it.")
     return 0
 
 

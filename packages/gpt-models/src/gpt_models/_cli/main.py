@@ -71,6 +71,10 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default=None, help="run folder name (default: <preset>-<date>-<time>)")
     p.add_argument("--resume", default=None, metavar="RUN",
                    help="continue a run from its newest checkpoint (its config.toml, plus --set)")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true",
+                   help="compile the train step and print the plan (parameters, optimizer state, "
+                        "memory per device, tokens per step, FLOPs per token); train nothing, "
+                        "write nothing. Exit 0 when it fits, 2 when it does not")  # fmt: skip
     p.add_argument("--mesh", default=None, metavar="data=N,fsdp=N,tensor=N",
                    help="shorthand for --set mesh.*, e.g. --mesh data=2,fsdp=4")  # fmt: skip
     p.add_argument("--wandb", default=None, choices=("disabled", "offline", "online"),

@@ -1,7 +1,9 @@
 """Recognise a full disk (or quota) in whatever shape the writer reports it, and say what to do.
 
 Our own writes and lox's raise ``OSError(ENOSPC)``; orbax's tensorstore writer raises a ``ValueError``
-whose text starts with ``RESOURCE_EXHAUSTED`` and quotes the file. Either may be the ``__context__``
+whose text starts with ``RESOURCE_EXHAUSTED`` and quotes the file. XLA reports running out of memory
+as ``RESOURCE_EXHAUSTED`` too, so that text alone is not a full disk: the quoted file's filesystem
+must be short of space. Either may be the ``__context__``
 of a later error (a flush in a ``finally`` block), so the whole chain is searched.
 """
 
@@ -14,6 +16,8 @@ from pathlib import Path
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _QUOTED_PATH = re.compile(r'"(/[^"]+)"')
+# A filesystem with less free space than this (or than 1% of its size) is "short of space".
+_SHORT_BYTES = 256 * 2**20
 
 
 def _chain(err: BaseException) -> list[BaseException]:
@@ -35,11 +39,31 @@ def _full_path(err: BaseException) -> tuple[bool, str | None]:
         if isinstance(e, OSError) and e.errno in _FULL:
             full = True
             paths.append(e.filename)
-        elif "RESOURCE_EXHAUSTED" in str(e) or "No space left on device" in str(e):
+        elif "No space left on device" in str(e) or "Disk quota exceeded" in str(e):
             full = True
             found = _QUOTED_PATH.search(str(e))
             paths.append(found.group(1) if found else None)
+        elif "RESOURCE_EXHAUSTED" in str(e) and (quoted := _short_quoted_path(str(e))):
+            # RESOURCE_EXHAUSTED is also XLA's "Out of memory allocating N bytes": only a
+            # write error naming a file on a filesystem that really is short of space counts.
+            full = True
+            paths.append(quoted)
     return full, next((p for p in paths if p), None)
+
+
+def _short_quoted_path(text: str) -> str | None:
+    found = _QUOTED_PATH.search(text)
+    return found.group(1) if found and _short_of_space(Path(found.group(1))) else None
+
+
+def _short_of_space(path: Path) -> bool:
+    for folder in (path, *path.parents):
+        try:
+            usage = shutil.disk_usage(folder)
+        except OSError:
+            continue
+        return usage.free < max(_SHORT_BYTES, usage.total // 100)
+    return False
 
 
 def _free_bytes(path: Path) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import io
 import math
 import sys
@@ -30,9 +31,16 @@ from .._data.corpus import Dataset, load_dataset, train_batch
 from .._data.run_tokenizer import prepare_tokenizer, save_tokenizer
 from .._distributed.mesh import MICRO_BATCH_AXES, make_mesh, place_batch
 from .._distributed.processes import host_value, is_primary
-from .._errors import ConfigError, TrainingDivergedError, UsageError
+from .._errors import (
+    ConfigError,
+    DiskFullError,
+    OutOfMemoryError,
+    TrainingDivergedError,
+    UsageError,
+)
 from .._model.gpt import compute_dtype, flops_per_token
 from .._runs.checkpoint import Checkpointer
+from .._runs.diskfull import disk_full_message
 from .._runs.folders import write_text
 from .._runs.lock import run_lock
 from .evaluate import Evaluator, sample_text
@@ -40,11 +48,11 @@ from .host_memory import keep_host_memory
 from .logging import check_wandb, make_logger
 from .metrics_csv import write_metrics_csv
 from .mfu import peak_flops, unknown_peak_note
+from .preflight import Plan, check_fits, is_out_of_memory, out_of_memory_message, plan_step
 from .progress import Progress, plot_losses
 from .signals import TrainingInterrupted, stop_on_signals
 from .step import (
     abstract_state,
-    compile_train_step,
     from_items,
     init_state,
     make_optimizer,
@@ -114,19 +122,12 @@ def train(
         (2, ['checkpoints', 'config.toml', 'loss.png', 'metrics', 'metrics.csv', 'sample.txt'])
     """
     stream = stream or sys.stderr
-    cfg, note = fit_warmup(cfg)
-    if note and is_primary():
-        print(f"note: {note}", file=stream)
     run = Path(run_dir)
-    check_wandb(cfg)
-    mesh = make_mesh(cfg.mesh)
-    _check_batch_fits(cfg, mesh)
-    tokenizer, cfg = prepare_tokenizer(cfg, run, resume=resume, stream=stream)
-    dataset = load_dataset(
-        cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size, tokenizer=tokenizer
-    )
-    optimizer = make_optimizer(cfg.train)
-    abstract = _abstract(cfg, optimizer, mesh)
+    cfg, mesh, tokenizer, dataset, optimizer, abstract = _prepare(cfg, run, resume, stream)
+    # Before anything is written: a step that cannot fit stops here, in seconds, with settings
+    # that do (computed by compiling them); the compiled step is the one the loop runs.
+    plan = plan_step(cfg, optimizer, mesh, abstract)
+    check_fits(plan)
     if is_primary():
         run.mkdir(parents=True, exist_ok=True)
         save_tokenizer(tokenizer, run)
@@ -137,10 +138,71 @@ def train(
         ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints)
         try:
             return _run_steps(
-                cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt
-            )
+                cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt,
+                plan.compiled,
+            )  # fmt: skip
+        except Exception as err:
+            typed = _typed_error(err, plan, run)
+            if typed is None:
+                raise
+            raise typed from err
         finally:
             ckpt.close()
+
+
+def plan_training(
+    cfg: Config, run_dir: str | Path | None = None, *, resume: bool = False,
+    stream: TextIO | None = None,
+) -> Plan:  # fmt: skip
+    """What ``train(cfg, run_dir)`` would run, without running or writing anything.
+
+    Resolves the config as ``train`` does (fitted warmup, the tokenizer's vocabulary), compiles the
+    train step ahead of time and measures its memory against the devices. ``gpt train --dry-run``
+    prints ``plan.describe()``.
+
+    Returns:
+        The plan: ``plan.fits``, ``plan.memory`` (bytes per device), ``plan.budget``, sizes.
+
+    Example:
+        >>> import io
+        >>> from gpt_models import PRESETS, plan_training
+        >>> plan = plan_training(PRESETS["tiny"], stream=io.StringIO())
+        >>> plan.fits, plan.params > 0, plan.memory.temporaries > 0
+        (True, True, True)
+    """
+    stream = stream or sys.stderr
+    run = Path(run_dir) if run_dir is not None else Path("dry-run")
+    cfg, mesh, _, _, optimizer, abstract = _prepare(cfg, run, resume, stream)
+    return plan_step(cfg, optimizer, mesh, abstract)
+
+
+def _prepare(cfg: Config, run: Path, resume: bool, stream: TextIO) -> tuple[Any, ...]:
+    """Every check on the config, data, mesh and wandb, before anything is written."""
+    cfg, note = fit_warmup(cfg)
+    if note and is_primary():
+        print(f"note: {note}", file=stream)
+    check_wandb(cfg)
+    mesh = make_mesh(cfg.mesh)
+    _check_batch_fits(cfg, mesh)
+    tokenizer, cfg = prepare_tokenizer(cfg, run, resume=resume, stream=stream)
+    dataset = load_dataset(
+        cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size, tokenizer=tokenizer
+    )
+    optimizer = make_optimizer(cfg.train)
+    return cfg, mesh, tokenizer, dataset, optimizer, _abstract(cfg, optimizer, mesh)
+
+
+def _typed_error(err: Exception, plan: Plan, run: Path) -> Exception | None:
+    """The public error for a full disk or an out-of-memory behind ``err`` (``None``: neither)."""
+    if isinstance(err, (DiskFullError, OutOfMemoryError)):
+        return None
+    if (message := disk_full_message(err, run)) is not None:
+        full = DiskFullError(message)
+        full.errno = errno.ENOSPC
+        return full
+    if is_out_of_memory(err):
+        return OutOfMemoryError(out_of_memory_message(err, plan))
+    return None
 
 
 def _check_batch_fits(cfg: Config, mesh: Mesh) -> None:
@@ -186,15 +248,18 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abst
 
 
 def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: bool, mesh: Mesh,
-           dataset: Dataset, optimizer: Any, abstract: Any, ckpt: Checkpointer) -> RunResult:  # fmt: skip
+           dataset: Dataset, optimizer: Any, abstract: Any, ckpt: Checkpointer,
+           step_fn: Any) -> RunResult:  # fmt: skip
     state, start = _restore_or_init(cfg, resume, optimizer, mesh, abstract, ckpt, stream)
-    loop = _Loop(cfg, run, mesh, dataset, optimizer, abstract, ckpt, start, stream)
+    loop = _Loop(cfg, run, mesh, dataset, abstract, ckpt, start, stream, step_fn)
     loop.announce(state)
     try:
         with stop_on_signals() as stop:
             state = loop.run(state, stop)
-    finally:
-        loop.close()
+    except BaseException as err:
+        _close_after(loop, err)
+        raise
+    loop.close()
     val = loop.val if math.isfinite(loop.val) else loop.evaluate(state.params)
     tps, mfu = loop.progress.rates(cfg.train.steps)
     if loop.logger:
@@ -204,6 +269,16 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
         sample = sample_text(state.params, cfg, tokenizer=dataset.tokenizer)
         write_text(run / "sample.txt", sample)
     return RunResult(run, cfg.train.steps, loop.loss, val, tps, mfu, sample)
+
+
+def _close_after(loop: _Loop, err: BaseException) -> None:
+    # The loop failed: still finish pending writes and flush metrics, but a clean-up that fails in
+    # turn (no metrics folder yet when the first step ran out of memory) must not replace the real
+    # error; it becomes a note on it.
+    try:
+        loop.close()
+    except Exception as later:  # reported on the first error instead
+        err.add_note(f"(While stopping, clean-up also failed: {type(later).__name__}: {later})")
 
 
 def _meta(cfg: Config, step: int, dataset: Dataset) -> dict[str, Any]:
@@ -225,14 +300,14 @@ def _safe_copy(state: Any) -> Any:
 class _Loop:
     """The step loop's moving parts: batches, metrics, progress, evaluation and checkpoints."""
 
-    def __init__(self, cfg: Config, run: Path, mesh: Mesh, dataset: Dataset, optimizer: Any,
-                 abstract: Any, ckpt: Checkpointer, start: int, stream: TextIO) -> None:  # fmt: skip
+    def __init__(self, cfg: Config, run: Path, mesh: Mesh, dataset: Dataset, abstract: Any,
+                 ckpt: Checkpointer, start: int, stream: TextIO, step_fn: Any) -> None:  # fmt: skip
         t = cfg.train
         self.cfg, self.run_dir, self.mesh, self.dataset, self.ckpt, self.start = (
             cfg, run, mesh, dataset, ckpt, start
         )  # fmt: skip
         self.stream = stream if is_primary() else io.StringIO()  # only process 0 reports
-        self.step_fn = compile_train_step(cfg, optimizer, mesh, abstract)
+        self.step_fn = step_fn  # compiled by the pre-flight (preflight.plan_step)
         self.evaluate = Evaluator(cfg, mesh, abstract.params, dataset)
         self.logger = make_logger(cfg, run) if is_primary() else None
         self.log_state = self.logger.init() if self.logger else None

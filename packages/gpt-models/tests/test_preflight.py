@@ -1,0 +1,109 @@
+"""The memory pre-flight (issue 24): a step that cannot fit is refused before anything is written,
+with settings that fit, computed by compiling them; the typed errors a run raises."""
+
+import errno
+import io
+
+import pytest
+
+from gpt_models import (
+    DiskFullError,
+    OutOfMemoryError,
+    UsageError,
+    apply_overrides,
+    main,
+    plan_training,
+    train,
+)
+
+
+def _sets(message: str) -> dict[str, str]:
+    words = message.split()
+    return dict(words[i + 1].split("=") for i, w in enumerate(words) if w == "--set")
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, small_args, capsys):
+    assert main(["train", "--dry-run", "--out", str(tmp_path), *small_args]) == 0
+    out = capsys.readouterr().out
+    for line in ("parameters", "optimizer state", "step memory", "tokens per step",
+                 "FLOPs per token", "It fits"):  # fmt: skip
+        assert line in out, out
+    assert "tokens per step  256 (batch 8 x seq_len 32" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_refusal_names_both_numbers_and_settings_that_fit(tmp_path, make_config, monkeypatch):
+    cfg = make_config(train={"batch_size": 32}, mesh={"data": -1})
+    plan = plan_training(cfg, stream=io.StringIO())
+    budget = plan.memory.per_device * 2 // 3  # the step as given cannot fit
+    monkeypatch.setenv("GPT_MEMORY_BUDGET", str(budget))
+    run = tmp_path / "run"
+    with pytest.raises(OutOfMemoryError) as caught:
+        train(cfg, run, stream=io.StringIO())
+    message = str(caught.value)
+    assert "does not fit in memory" in message and f"GPT_MEMORY_BUDGET={budget}" in message
+    assert "Nothing was written" in message and not run.exists()
+    assert isinstance(caught.value, MemoryError) and isinstance(caught.value, UsageError)
+    # The suggestion is accepted by the config and fits the same budget when compiled.
+    sets = _sets(message)
+    assert set(sets) <= {"train.grad_accum", "model.remat"} and sets, message
+    fixed = apply_overrides(cfg, sets, from_text=True)
+    again = plan_training(fixed, stream=io.StringIO())
+    assert again.fits and again.memory.per_device <= budget
+
+
+def test_cli_refusal_exits_2_without_a_traceback(tmp_path, small_args, monkeypatch, capsys):
+    monkeypatch.setenv("GPT_MEMORY_BUDGET", "1KiB")
+    assert main(["train", "--out", str(tmp_path), "--name", "r", *small_args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpt: error: This run does not fit in memory") and "Traceback" not in err
+    assert "The state alone" in err and "Choose a smaller model" in err  # nothing can fit 1 KiB
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_budget_says_what_a_size_looks_like(tmp_path, small_args, monkeypatch, capsys):
+    monkeypatch.setenv("GPT_MEMORY_BUDGET", "lots")
+    assert main(["train", "--dry-run", "--out", str(tmp_path), *small_args]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "GPT_MEMORY_BUDGET='lots' is not a memory size" in err and "GPT_MEMORY_BUDGET=8GiB" in err
+    )
+
+
+def test_xla_out_of_memory_is_not_a_full_disk(tmp_path, make_config, monkeypatch):
+    # XLA's allocation failure while running the step: reported as out of memory with advice,
+    # raised as the first error (not the metrics clean-up that fails after it).
+    from gpt_models._training import loop
+
+    class Boom:
+        def __init__(self, compiled):
+            self.compiled = compiled
+
+        def __call__(self, *args):
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 163235817848 bytes.")
+
+    real = loop.plan_step
+
+    def plan_then_fail(*args, **kwargs):
+        plan = real(*args, **kwargs)
+        plan.compiled = Boom(plan.compiled)
+        return plan
+
+    monkeypatch.setattr(loop, "plan_step", plan_then_fail)
+    with pytest.raises(OutOfMemoryError) as caught:
+        train(make_config(mesh={"data": -1}), tmp_path / "run", stream=io.StringIO())
+    message = str(caught.value)
+    assert message.startswith("Out of memory while running the train step: RESOURCE_EXHAUSTED")
+    assert "The pre-flight estimated" in message and "Training stopped" in message
+    assert "disk is full" not in message
+    assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_only_a_real_file_write_is_a_full_disk(tmp_path):
+    from gpt_models._runs.diskfull import disk_full_message
+
+    oom = RuntimeError(f'RESOURCE_EXHAUSTED: Out of memory allocating 5 bytes "{tmp_path}/x"')
+    assert disk_full_message(oom, tmp_path) is None  # tmp_path's filesystem has room
+    full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "f"))
+    assert disk_full_message(full, tmp_path).startswith(f"The disk is full: writing {tmp_path}/f")
+    assert issubclass(DiskFullError, OSError)
