@@ -372,6 +372,22 @@ def bench_gpu(session: nox.Session) -> None:
 
 
 @nox.session
+def interop(session: nox.Session) -> None:
+    """Hugging Face interop (opt-in, not in the default list: it installs torch + transformers).
+
+    Exports trained tiny GPT-2- and Llama-shaped runs and checks transformers' logits and greedy
+    tokens on them; ``-- regen`` also rewrites the golden folders under gpt-models' tests/data.
+    """
+    _sync(session, "dev")
+    session.install("torch", "transformers")
+    data = ROOT / "packages" / "gpt-models" / "tests" / "data"
+    if "regen" in session.posargs:
+        session.run("python", str(data / "make_hf_golden.py"), env=ENV)
+    session.run("python", str(data / "check_hf_interop.py"), env=ENV)
+    session.run(*PYTEST, "packages/gpt-models/tests/test_hf.py", env=ENV)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff lint and format check."""
     _sync(session, "dev")
