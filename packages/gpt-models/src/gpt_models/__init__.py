@@ -51,11 +51,11 @@ from ._model.gpt import param_specs as param_specs
 from ._runs.checkpoint import Checkpointer as Checkpointer
 from ._runs.checkpoint import CheckpointWarning as CheckpointWarning
 from ._runs.folders import load_run as load_run
-from ._runs.lock import RunInUseError as RunInUseError
-from ._training.host_memory import keep_host_memory as keep_host_memory
 from ._runs.hf import CheckpointFormatError as CheckpointFormatError
 from ._runs.hf import export_hf as export_hf
 from ._runs.hf import import_hf as import_hf
+from ._runs.lock import RunInUseError as RunInUseError
+from ._training.host_memory import keep_host_memory as keep_host_memory
 from ._training.host_memory import tune_host_allocator as tune_host_allocator
 from ._training.loop import RunResult as RunResult
 from ._training.loop import plan_training as plan_training

@@ -182,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tune_host_allocator_for_cli()  # before the command starts JAX (see tune_host_allocator)
     from .._errors import TrainingDivergedError, UsageError
     from .commands import config_show_command, eval_command, sample_command, train_command
+    from .hf import export_command, import_command
     from .prepare import prepare_command
 
     command = {
@@ -190,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "eval": eval_command,
         "config": config_show_command,
         "prepare": prepare_command,
+        "import": import_command,
+        "export": export_command,
     }[args.command]
     try:
         return command(args)
@@ -202,6 +205,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-    from .hf import export_command, import_command
-        "import": import_command,
-        "export": export_command,

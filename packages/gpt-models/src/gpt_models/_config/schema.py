@@ -273,9 +273,6 @@ def validate(cfg: Config) -> Config:
     divisible = m.d_model > 0 and m.n_heads > 0 and not m.d_model % m.n_heads
     if m.pos == "rope" and divisible and m.head_dim % 2:
         problems.append(f"RoPE needs an even head dim; d_model / n_heads = {m.head_dim}")
-    if t.batch_size % max(t.grad_accum, 1):
-        problems.append(
-            f"train.batch_size = {t.batch_size} must be divisible by train.grad_accum = {t.grad_accum}"
     if not 0 <= m.vocab_real <= m.vocab_size:
         problems.append(
             f"model.vocab_real = {m.vocab_real} must be between 0 (all of model.vocab_size) and "
@@ -283,6 +280,9 @@ def validate(cfg: Config) -> Config:
         )
     if not (math.isfinite(m.norm_eps) and m.norm_eps >= 0):
         problems.append(f"model.norm_eps = {m.norm_eps} must be a finite number >= 0")
+    if t.batch_size % max(t.grad_accum, 1):
+        problems.append(
+            f"train.batch_size = {t.batch_size} must be divisible by train.grad_accum = {t.grad_accum}"
         )
     if not 0.0 < cfg.data.val_fraction < 1.0:
         problems.append(f"data.val_fraction = {cfg.data.val_fraction} must be between 0 and 1")
@@ -406,9 +406,6 @@ def _gpt2(d_model: int, n_layers: int, n_heads: int) -> Config:
     return Config(model=model, train=train)
 
 
-PRESETS: Mapping[str, Config] = {
-    "tiny": _tiny(),
-    "gpt2-small": _gpt2(768, 12, 12),
 def _llama(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, d_ff: int) -> Config:
     # The Llama architecture: RMSNorm (eps 1e-5), SwiGLU, RoPE, grouped-query attention, no
     # biases, an untied output head. Sized like the small Llama-style models; the byte tokenizer
@@ -424,6 +421,9 @@ def _llama(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, d_ff: int
     return Config(model=model, train=train)
 
 
+PRESETS: Mapping[str, Config] = {
+    "tiny": _tiny(),
+    "gpt2-small": _gpt2(768, 12, 12),
     "gpt2-medium": _gpt2(1024, 24, 16),
-}
     "llama-tiny": _llama(128, 4, 4, 2, 352),
+}
