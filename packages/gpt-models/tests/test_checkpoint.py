@@ -164,7 +164,7 @@ def test_reads_leave_nothing_behind_and_clear_a_dead_readers_view(tmp_path):
     for view in (live, new):
         os.utime(view, (0, 0))
     assert ckpt.restore(_state(0))[2] == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".digests", "1"]
     ckpt.close()
 
 
@@ -214,4 +214,72 @@ def test_meta_is_a_reserved_item_name(tmp_path):
     ckpt = Checkpointer(tmp_path, keep=1)
     with pytest.raises(ValueError, match="include the reserved name 'meta'.*Rename that item"):
         ckpt.save(1, {"meta": {"w": jnp.ones(1)}}, {})
+    ckpt.close()
+
+
+def _swap_in_older_step(folder, newer, older):
+    # Files that orbax reads without complaint but that hold other values: only the digest notices.
+    shutil.rmtree(folder / str(newer) / "state")
+    shutil.copytree(folder / str(older) / "state", folder / str(newer) / "state")
+
+
+def test_a_step_whose_arrays_changed_on_disk_is_never_loaded(tmp_path):
+    ckpt = Checkpointer(tmp_path, keep=3)
+    for s in (1, 2):
+        ckpt.save(s, _state(s), {"step": s})
+    ckpt.close()
+    assert sorted(p.name for p in (tmp_path / ".digests").iterdir()) == ["1.json", "2.json"]
+    _swap_in_older_step(tmp_path, 2, 1)
+    ckpt = Checkpointer(tmp_path, keep=3)
+    with pytest.warns(CheckpointWarning, match=r"step 2 .*DigestMismatch: array state\['") as w:
+        state, _, step = ckpt.restore(_state(0))
+    assert "changed or damaged on disk" in str(w[0].message)
+    assert step == 1 and float(state["state"]["w"][0]) == 1.0
+    ckpt.close()
+
+
+def test_every_step_damaged_is_a_usage_error_naming_each(tmp_path):
+    ckpt = Checkpointer(tmp_path, keep=3)
+    for s in (1, 2):
+        ckpt.save(s, _state(s), {"step": s})
+    ckpt.close()
+    _swap_in_older_step(tmp_path, 2, 1)
+    (tmp_path / ".digests" / "1.json").write_text("{not json")
+    ckpt = Checkpointer(tmp_path, keep=3)
+    with pytest.warns(CheckpointWarning), pytest.raises(UsageError) as err:
+        ckpt.restore(_state(0))
+    text = str(err.value)
+    assert "step 2: DigestMismatch" in text
+    assert "step 1: DigestMismatch: its digest file" in text and "is damaged" in text
+    ckpt.close()
+
+
+def test_a_newer_step_without_its_digest_counts_as_damaged(tmp_path):
+    ckpt = Checkpointer(tmp_path, keep=3)
+    for s in (1, 2):
+        ckpt.save(s, _state(s), {"step": s})
+    ckpt.close()
+    (tmp_path / ".digests" / "2.json").unlink()
+    ckpt = Checkpointer(tmp_path, keep=3)
+    with pytest.warns(CheckpointWarning, match="its save was interrupted"):
+        assert ckpt.restore(_state(0))[2] == 1
+    shutil.rmtree(tmp_path / ".digests")  # saved before digests existed: restored unverified
+    assert ckpt.restore(_state(0))[2] == 2
+    ckpt.close()
+
+
+def test_damaged_newer_steps_are_discarded_so_the_resumed_run_can_save_them(tmp_path):
+    ckpt = Checkpointer(tmp_path, keep=3)
+    for s in (1, 2):
+        ckpt.save(s, _state(s), {"step": s})
+    ckpt.close()
+    _swap_in_older_step(tmp_path, 2, 1)
+    ckpt = Checkpointer(tmp_path, keep=3)
+    with pytest.warns(CheckpointWarning):
+        _, _, step = ckpt.restore(_state(0))
+    assert ckpt.discard_damaged(step) == [2] and ckpt.steps() == [1]
+    ckpt.save(2, _state(7), {"step": 2})  # was orbax's StepAlreadyExistsError
+    ckpt.wait()
+    state, _, step = ckpt.restore(_state(0))
+    assert step == 2 and float(state["state"]["w"][0]) == 7.0
     ckpt.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,7 +13,9 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
+from .._distributed.processes import is_primary
 from .._errors import UsageError
+from .digest import PendingDigest, prune_digests, read_digest, verify, write_digest
 from .snapshot import stable_view
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,10 @@ class Checkpointer:
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True
         )
         self._manager = _open_manager(self.directory, options)
+        self.skipped: list[int] = []  # steps the last restore could not read
+        self._digests = True
+        self._digest_thread: threading.Thread | None = None
+        self._digest_error: Exception | None = None
 
     def steps(self) -> list[int]:
         """Saved steps, oldest first."""
@@ -70,14 +77,53 @@ class Checkpointer:
     ) -> None:
         """Start saving ``items`` (name -> pytree of arrays) and ``meta`` (JSON-able) as ``step``."""
         _check_item_names(items)
+        # Dispatched before the next training step can overwrite (donate) the arrays; computed on
+        # the devices and written from a thread while orbax writes the files, so that the save
+        # blocks the training loop no longer than without it (benchmarks/gpt/checkpoint_digest.py).
+        digest = PendingDigest(items) if self._digests else None
         args = {name: ocp.args.StandardSave(tree) for name, tree in items.items()}
         self._manager.save(
             step, args=ocp.args.Composite(**args, meta=ocp.args.JsonSave(meta)), force=force
         )
+        if digest is not None and is_primary():
+            self._wait_digest()
+            self._digest_thread = threading.Thread(
+                target=self._write_digest, args=(step, digest), name=f"digest-{step}", daemon=True
+            )
+            self._digest_thread.start()
+
+    def _write_digest(self, step: int, digest: PendingDigest) -> None:
+        try:
+            write_digest(self.directory, step, digest.result())
+            prune_digests(self.directory, sorted(self._manager.all_steps()))
+        except Exception as err:  # e.g. a full disk: the step is then restored unverified
+            self._digest_error = err
+
+    def _wait_digest(self) -> None:
+        if self._digest_thread is not None:
+            self._digest_thread.join()
+            self._digest_thread = None
+        if self._digest_error is not None:
+            err, self._digest_error = self._digest_error, None
+            raise err
+
+    def discard_damaged(self, restored: int) -> list[int]:
+        """Delete the steps newer than ``restored`` that the last restore skipped as damaged.
+
+        A resumed run saves those step numbers again; orbax refuses to save over an existing
+        step, and a damaged step left newer than the good ones would be the first one read.
+        """
+        gone = [s for s in self.skipped if s > restored]
+        for s in gone:
+            self._manager.delete(s)
+            (self.directory / ".digests" / f"{s}.json").unlink(missing_ok=True)
+        self.skipped = []
+        return gone
 
     def wait(self) -> None:
         """Block until background writes are done."""
         self._manager.wait_until_finished()
+        self._wait_digest()
 
     def restore(
         self, targets: Mapping[str, Any], step: int | None = None
@@ -94,6 +140,7 @@ class Checkpointer:
             UsageError: there is no checkpoint, or none of them can be read.
         """
         _check_item_names(targets)
+        self.skipped = []
         errors: dict[int, str] = {}
         # The run may still be training and deleting old steps (keep-N). Each try reads a view of
         # hard links that those deletions cannot change; a step deleted while the view was made
@@ -146,11 +193,12 @@ class Checkpointer:
         candidates = [s for s in listed if s not in errors]
         for s in candidates:
             try:
-                return (*_restore_step(manager, s, targets), s)
+                got = (*_restore_step(manager, s, targets, self.directory), s)
             except Exception as err:  # orbax/tensorstore raise many types for damaged files
                 if step is None and _fresh_steps(self._manager) != before:
                     return _ROTATED
                 errors[s] = f"step {s}: {type(err).__name__}: {str(err)[:300]}"
+                self.skipped = sorted(errors)
                 if s != candidates[-1]:
                     warnings.warn(
                         f"Checkpoint step {s} in {self.directory} could not be restored "
@@ -159,12 +207,16 @@ class Checkpointer:
                         CheckpointWarning,
                         stacklevel=3,
                     )
+            else:
+                return got
         return None
 
     def close(self) -> None:
         """Wait for pending writes and release the manager's threads."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+        try:
+            self.wait()
+        finally:
+            self._manager.close()
 
 
 def _reading_view(directory: Path) -> contextlib.AbstractContextManager[Path]:
@@ -224,11 +276,15 @@ def _fresh_steps(manager: ocp.CheckpointManager) -> list[int]:
 
 
 def _restore_step(
-    manager: ocp.CheckpointManager, step: int, targets: Mapping[str, Any]
+    manager: ocp.CheckpointManager, step: int, targets: Mapping[str, Any], directory: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    recorded = read_digest(directory, step)  # before the restore: a damaged file fails fast
     args = {name: ocp.args.StandardRestore(target) for name, target in targets.items()}
     out = manager.restore(step, args=ocp.args.Composite(**args, meta=ocp.args.JsonRestore()))
-    return {name: out[name] for name in targets}, dict(out["meta"])
+    items = {name: out[name] for name in targets}
+    if recorded is not None:
+        verify(items, recorded)
+    return items, dict(out["meta"])
 
 
 def _check_item_names(items: Mapping[str, Any]) -> None:

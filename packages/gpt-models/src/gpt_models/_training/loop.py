@@ -241,6 +241,12 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abst
         return init_state(cfg, optimizer, mesh), 0
     items, meta, step = ckpt.restore(to_items(abstract))
     state = from_items(items)
+    if gone := ckpt.discard_damaged(step):
+        print(
+            f"note: removed the damaged checkpoint step(s) {gone}; training from step {step} "
+            "saves them again.",
+            file=stream,
+        )
     if meta.get("data", {}).get("seed", cfg.train.seed) != cfg.train.seed:
         print("note: train.seed changed since the checkpoint; batches will differ.", file=stream)
     print(f"Resumed from checkpoint step {step} in {ckpt.directory}", file=stream)
