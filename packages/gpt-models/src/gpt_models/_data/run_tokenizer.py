@@ -64,14 +64,14 @@ def _tokenizer(cfg: Config, run: Path, resume: bool) -> Tokenizer:
         return ByteTokenizer()
     if resume:
         return BPETokenizer.load(run / TOKENIZER_FILE)
-    files = bin_files(cfg.data)
-    if files is None:
-        train, _ = text_splits(cfg.data)
-        text = train.decode("utf-8", errors="replace")
     if cfg.data.path and is_store(Path(cfg.data.path)):  # the tokenizer the store was made with
         file = store_tokenizer_file(Path(cfg.data.path), "bpe")
         assert file is not None  # a BPE store always has its tokenizer file
         return BPETokenizer.load(file)
+    files = bin_files(cfg.data)
+    if files is None:
+        train, _ = text_splits(cfg.data)
+        text = train.decode("utf-8", errors="replace")
         return BPETokenizer.train([text], vocab_size=cfg.data.bpe_vocab_size)
     meta = read_bin_meta(files[0], "bpe")
     assert meta is not None and meta.tokenizer_file is not None  # read_bin_meta checked both
