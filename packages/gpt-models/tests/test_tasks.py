@@ -1,5 +1,6 @@
 """``evaluate_task`` and ``gpt eval --task``: multiple-choice and cloze accuracy from JSONL files."""
 
+import csv
 import dataclasses
 import io
 import json
@@ -33,8 +34,8 @@ def trained(tmp_path_factory):
         tiny,
         model=dataclasses.replace(tiny.model, seq_len=32, d_model=32, n_layers=1, n_heads=2),
         train=dataclasses.replace(
-            tiny.train, steps=STEPS, batch_size=16, warmup_steps=1, eval_every=STEPS,
-            eval_batches=1, checkpoint_every=0,
+            tiny.train, steps=STEPS, batch_size=16, warmup_steps=1, eval_every=STEPS // 2,
+            eval_batches=1, checkpoint_every=0, eval_tasks=f"{MC}, {CLOZE}",
         ),
         mesh=dataclasses.replace(tiny.mesh, data=-1),
     )  # fmt: skip
@@ -105,7 +106,7 @@ def test_cli_prints_a_table_and_saves_json_in_the_run(trained, capsys):
         "task", "format", "examples", "acc", "acc_norm", "chance", "truncated", "examples_per_s",
     ]  # fmt: skip
     assert out.out.splitlines()[1].split()[:3] == ["synthetic_mc", "mc", "40"]
-    assert "eval synthetic_mc.jsonl: 160/160 windows" in out.err
+    assert "eval synthetic_mc: 160/160 windows" in out.err
     saved = json.loads((run / "evals" / f"synthetic_mc-{STEPS}.json").read_text())
     assert saved["step"] == STEPS and saved["examples"] == 40 and len(saved["loglik"]) == 40
     assert (run / "evals" / f"synthetic_cloze-{STEPS}.json").is_file()
@@ -142,3 +143,26 @@ def test_bad_task_file_at_the_cli_exits_2_without_a_traceback(trained, tmp_path,
     assert "Traceback" not in err
     assert main(["eval", str(trained[0]), "--task", str(tmp_path / "none.jsonl")]) == 2
     assert "none.jsonl does not exist" in capsys.readouterr().err
+
+
+def test_train_eval_tasks_are_logged_at_each_evaluation(trained):
+    run, _, params = trained
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    logged = [r for r in rows if r["eval/synthetic_mc/acc"]]
+    assert [int(r["step"]) for r in logged] == [STEPS // 2 - 1, STEPS - 1]  # with val_loss
+    assert all(r["val_loss"] for r in logged) and all(r["eval/synthetic_cloze/acc"] for r in logged)
+    final = evaluate_task(params, trained[1], MC)
+    assert float(logged[-1]["eval/synthetic_mc/acc"]) == pytest.approx(final.acc)
+    assert float(logged[-1]["eval/synthetic_mc/acc_norm"]) == pytest.approx(final.acc_norm)
+
+
+def test_a_bad_train_eval_tasks_file_fails_before_the_run_folder(trained, tmp_path):
+    cfg = trained[1]
+    cfg = dataclasses.replace(
+        cfg,
+        train=dataclasses.replace(cfg.train, eval_tasks=f"{MC},{tmp_path}/no.jsonl"),
+        mesh=dataclasses.replace(cfg.mesh, data=-1),
+    )
+    with pytest.raises(DataError, match=r"train.eval_tasks: Task file .*no.jsonl does not exist"):
+        train(cfg, tmp_path / "run", stream=io.StringIO())
+    assert not (tmp_path / "run").exists()

@@ -124,6 +124,8 @@ class TrainConfig:
         optimizer: adamw, or muon (Muon on hidden matrices, AdamW on the rest).
         eval_every: steps between validation-loss evaluations.
         eval_batches: validation batches per evaluation (always the same windows).
+        eval_tasks: JSONL task files (comma-separated) scored at every evaluation, logged as
+            eval/<task>/acc and acc_norm; formats as `gpt eval --task` ("" = none).
         checkpoint_every: steps between checkpoints (0 = only at the end).
         keep_checkpoints: how many newest checkpoints to keep.
         seed: seed of the initial parameters and of the batch order.
@@ -143,6 +145,7 @@ class TrainConfig:
     optimizer: str = "adamw"
     eval_every: int = 200
     eval_batches: int = 8
+    eval_tasks: str = ""
     checkpoint_every: int = 200
     keep_checkpoints: int = 3
     seed: int = 0

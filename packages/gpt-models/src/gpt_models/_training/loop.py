@@ -58,6 +58,7 @@ from .step import (
     make_optimizer,
     to_items,
 )
+from .tasks import TaskEvals
 
 
 @dataclasses.dataclass
@@ -188,6 +189,7 @@ def _prepare(cfg: Config, run: Path, resume: bool, stream: TextIO) -> tuple[Any,
     dataset = load_dataset(
         cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size, tokenizer=tokenizer
     )
+    TaskEvals(cfg, tokenizer)  # a bad train.eval_tasks file fails here, not at the first eval
     optimizer = make_optimizer(cfg.train)
     return cfg, mesh, tokenizer, dataset, optimizer, _abstract(cfg, optimizer, mesh)
 
@@ -315,6 +317,7 @@ class _Loop:
         self.stream = stream if is_primary() else io.StringIO()  # only process 0 reports
         self.step_fn = step_fn  # compiled by the pre-flight (preflight.plan_step)
         self.evaluate = Evaluator(cfg, mesh, abstract.params, dataset)
+        self.tasks = TaskEvals(cfg, dataset.tokenizer)
         self.logger = make_logger(cfg, run) if is_primary() else None
         self.log_state = self.logger.init() if self.logger else None
         devices = list(mesh.devices.flat)
@@ -377,6 +380,7 @@ class _Loop:
         if done % t.eval_every == 0 or done == t.steps:
             self.val = self.progress.val = self.evaluate(state.params)
             extra["val_loss"] = np.array([self.val], np.float32)
+            extra |= {k: np.array([v], np.float32) for k, v in self.tasks(state.params).items()}
         if done % self.cfg.log.every == 0 or extra:
             tps, mfu = self.progress.rates(done)
             extra |= {

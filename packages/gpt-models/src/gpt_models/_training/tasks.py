@@ -208,35 +208,95 @@ def evaluate_task(params: Any, config: Config, path: str | Path, *, format: str 
         ('mc', 1, 0.5, 2)
     """
     started = time.perf_counter()
+    task = prepare_task(path, config, format=format, tokenizer=tokenizer)
+    return task.score(params, batch_size=batch_size, stream=stream, started=started)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedTask:
+    """A task file read, checked and tokenized into scoring windows: score it as often as needed."""
+
+    name: str
+    format: str
+    examples: list[TaskExample]
+    config: Config
+    windows: list[np.ndarray]
+    spans: list[int]  # how many tokens at the end of each window are the choice's
+    truncated: int
+
+    def score(self, params: Any, *, batch_size: int = 8, stream: TextIO | None = None,
+              started: float | None = None) -> TaskScore:  # fmt: skip
+        """Score the task's windows with ``params``."""
+        started = time.perf_counter() if started is None else started
+        scores = score_windows(
+            on_one_device(params), self.config.model, self.windows, batch_size=batch_size,
+            label=f"eval {self.name}", stream=stream,
+        )  # fmt: skip
+        it = iter(zip(scores, self.spans, strict=True))
+        loglik, greedy = [], []
+        for ex in self.examples:
+            rows = [next(it) for _ in ex.choices]
+            loglik.append(tuple(float(lp[-k:].sum()) for (lp, _), k in rows))
+            (_, first_greedy), k = rows[0]
+            greedy.append(bool(first_greedy[-k:].all()))
+        acc, acc_norm, chance = _accuracies(self.format, self.examples, loglik, greedy)
+        seconds = time.perf_counter() - started
+        return TaskScore(
+            task=self.name, format=self.format, examples=len(self.examples), acc=acc,
+            acc_norm=acc_norm, chance=chance, truncated=self.truncated,
+            examples_per_s=len(self.examples) / max(seconds, 1e-9), loglik=tuple(loglik),
+        )  # fmt: skip
+
+
+def prepare_task(path: str | Path, config: Config, *, format: str | None = None,
+                 tokenizer: Tokenizer | None = None) -> PreparedTask:  # fmt: skip
+    """Read and check a task file and build its windows (every error of the file shows here)."""
     fmt, examples = load_task(path, format)
-    tok = tokenizer or ByteTokenizer()
-    windows, spans, truncated = _windows(examples, tok, config.model.seq_len)
-    scores = score_windows(
-        on_one_device(params), config.model, windows, batch_size=batch_size,
-        label=f"eval {Path(path).name}", stream=stream,
-    )  # fmt: skip
-    it = iter(zip(scores, spans, strict=True))
-    loglik, greedy = [], []
-    for ex in examples:
-        rows = [next(it) for _ in ex.choices]
-        loglik.append(tuple(float(lp[-k:].sum()) for (lp, _), k in rows))
-        greedy.append(bool(rows[0][0][1][-rows[0][1] :].all()))
-    labels = np.array([ex.label for ex in examples])
+    windows, spans, truncated = _windows(
+        examples, tokenizer or ByteTokenizer(), config.model.seq_len
+    )
+    return PreparedTask(Path(path).stem, fmt, examples, config, windows, spans, truncated)
+
+
+def _accuracies(fmt: str, examples: list[TaskExample], loglik: list[tuple[float, ...]],
+                greedy: list[bool]) -> tuple[float, float, float]:  # fmt: skip
     if fmt == "cloze":
-        acc = acc_norm = float(np.mean(greedy))
-        chance = 0.0
-    else:
-        acc = float(np.mean([np.argmax(ll) for ll in loglik] == labels))
-        lengths = [[max(len(c.encode()), 1) for c in ex.choices] for ex in examples]
-        normed = [np.argmax(np.array(ll) / n) for ll, n in zip(loglik, lengths, strict=True)]
-        acc_norm = float(np.mean(normed == labels))
-        chance = float(np.mean([1 / len(ex.choices) for ex in examples]))
-    seconds = time.perf_counter() - started
-    return TaskScore(
-        task=Path(path).stem, format=fmt, examples=len(examples), acc=acc, acc_norm=acc_norm,
-        chance=chance, truncated=truncated, examples_per_s=len(examples) / max(seconds, 1e-9),
-        loglik=tuple(loglik),
-    )  # fmt: skip
+        return float(np.mean(greedy)), float(np.mean(greedy)), 0.0
+    labels = np.array([ex.label for ex in examples])
+    picked = np.array([np.argmax(ll) for ll in loglik])
+    per_byte = [
+        np.argmax(np.array(ll) / [max(len(c.encode()), 1) for c in ex.choices])
+        for ll, ex in zip(loglik, examples, strict=True)
+    ]
+    chance = float(np.mean([1 / len(ex.choices) for ex in examples]))
+    return float(np.mean(picked == labels)), float(np.mean(np.array(per_byte) == labels)), chance
+
+
+class TaskEvals:
+    """The in-loop evals of ``train.eval_tasks``: read and checked once, scored at each evaluation.
+
+    Returns ``{"eval/<task>/acc": x, "eval/<task>/acc_norm": y}`` for every task file.
+    """
+
+    def __init__(self, cfg: Config, tokenizer: Tokenizer | None = None) -> None:
+        self.tasks = []
+        for path in task_paths(cfg):
+            try:
+                self.tasks.append(prepare_task(path, cfg, tokenizer=tokenizer))
+            except DataError as err:
+                raise DataError(f"train.eval_tasks: {err}") from err
+
+    def __call__(self, params: Any) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for task in self.tasks:
+            s = task.score(params, batch_size=8)
+            out |= {f"eval/{s.task}/acc": s.acc, f"eval/{s.task}/acc_norm": s.acc_norm}
+        return out
+
+
+def task_paths(cfg: Config) -> list[str]:
+    """The files ``train.eval_tasks`` names (comma-separated)."""
+    return [p.strip() for p in cfg.train.eval_tasks.split(",") if p.strip()]
 
 
 def _windows(examples: list[TaskExample], tok: Tokenizer, seq_len: int) -> tuple[list[np.ndarray], list[int], int]:  # fmt: skip
