@@ -9,6 +9,7 @@ import argparse
 import logging
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -107,8 +108,36 @@ def config_show_command(args: argparse.Namespace) -> int:
     cfg, note = fit_warmup(apply_overrides(base, parse_set(args.overrides), from_text=True))
     if note:
         print(f"note: {note}", file=sys.stderr)
-    print(dumps(cfg), end="")
+    cfg, vocab_line = _resolved_vocab(cfg, args.run)
+    from .._model.gpt import param_count
+
+    head, _, rest = dumps(cfg).partition("\n")
+    count = f"# {param_count(cfg.model) / 1e6:.2f}M parameters"
+    if vocab_line:
+        count += " (with this vocab_size; the trained tokenizer decides it)"
+        rest = re.sub(r"^vocab_size = (\d+)  #.*$", rf"vocab_size = \1  # {vocab_line}", rest,
+                      count=1, flags=re.MULTILINE)  # fmt: skip
+    print(f"{head}\n{count}\n{rest}", end="")
     return 0
+
+
+def _resolved_vocab(cfg: Config, run: str | None) -> tuple[Config, str | None]:
+    """``cfg`` with the vocabulary ``gpt train`` would give it, or the note for its line.
+
+    A run's config.toml already holds it; the byte tokenizer (and token files with a sidecar) fix
+    it without reading the text; a BPE tokenizer is trained on the data by ``gpt train`` itself.
+    """
+    if run:
+        return cfg, None
+    from .._data.run_tokenizer import prepare_tokenizer
+
+    if cfg.data.tokenizer == "byte":
+        _, cfg = prepare_tokenizer(cfg, Path("."), resume=False, stream=sys.stderr)
+        return cfg, None
+    return cfg, (
+        f"needs the data: gpt train trains the {cfg.data.tokenizer} tokenizer on it and sets "
+        "this to its size, rounded up to a multiple of 64."
+    )
 
 
 def sample_command(args: argparse.Namespace) -> int:

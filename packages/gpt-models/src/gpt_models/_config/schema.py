@@ -360,16 +360,21 @@ def fit_warmup(cfg: Config) -> tuple[Config, str | None]:
         >>> cfg.train.warmup_steps
         2
         >>> print(note)
-        train.warmup_steps = 30 does not fit in train.steps = 20; this run warms up for 2 steps (10% of the run). Choose with --set train.warmup_steps=N (N < 20).
+        train.warmup_steps = 30 does not fit in train.steps = 20; this run warms up for 2 steps (10% of the run). Choose another with --set train.warmup_steps=N, N from 0 to 19.
     """
     t = cfg.train
     if t.warmup_steps < t.steps:
         return cfg, None
     warmup = t.steps // 10
+    # Every suggestion is a value the config accepts: a 1-step run has only warmup 0.
+    choose = (
+        f"Choose another with --set train.warmup_steps=N, N from 0 to {t.steps - 1}."
+        if t.steps > 1
+        else "A 1-step run cannot warm up: --set train.warmup_steps=0 says so."
+    )
     note = (
         f"train.warmup_steps = {t.warmup_steps} does not fit in train.steps = {t.steps}; this run "
-        f"warms up for {warmup} steps (10% of the run). Choose with --set train.warmup_steps=N "
-        f"(N < {t.steps})."
+        f"warms up for {warmup} steps (10% of the run). {choose}"
     )
     return dataclasses.replace(cfg, train=dataclasses.replace(t, warmup_steps=warmup)), note
 

@@ -88,6 +88,7 @@ class Plan:
     param_bytes: int
     opt_bytes: int
     compile_s: float
+    baseline: int | None = None  # this process's resident memory when the plan was made
 
     @property
     def fits(self) -> bool:
@@ -109,6 +110,12 @@ class Plan:
             f"FLOPs per token  {flops_per_token(m):.3g} (training, forward and backward)",
             f"compile          {self.compile_s:.1f} s",
         ]
+        if self.memory is not None and self.memory.cpu and self.baseline is not None:
+            peak = self.baseline + self.devices * self.memory.per_device
+            lines.append(
+                f"host peak        {size(peak)} estimated for this process (now {size(self.baseline)}, "
+                "JAX and the compiler included, plus the step on every device)"
+            )
         return "\n".join(lines)
 
 
@@ -238,7 +245,17 @@ def plan_step(
         param_bytes=_bytes(abstract.params),
         opt_bytes=_bytes(abstract.opt_state),
         compile_s=seconds,
+        baseline=_resident_bytes(),
     )
+
+
+def _resident_bytes() -> int | None:
+    try:
+        text = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    found = re.search(r"^VmRSS:\s+(\d+) kB", text, re.MULTILINE)
+    return int(found.group(1)) * 1024 if found else None
 
 
 def check_fits(plan: Plan) -> None:
