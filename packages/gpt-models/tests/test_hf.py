@@ -192,3 +192,41 @@ def test_export_refuses_a_model_without_hf_equivalent(tmp_path):
     with pytest.raises(CheckpointFormatError, match="model.qk_norm = True has no LlamaForCausalLM"):
         export_hf(cfg, init_params(cfg, jax.random.key(0)), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def _source_folder(tmp_path: Path) -> Path:
+    """A GPT-2-shaped Hugging Face folder whose vocabulary holds the byte tokenizer's ids."""
+    cfg = dataclasses.replace(PRESETS["gpt2-small"].model, vocab_size=320, vocab_real=300,
+                              seq_len=32, d_model=32, n_layers=1, n_heads=2)  # fmt: skip
+    return export_hf(cfg, init_params(cfg, jax.random.key(3)), tmp_path / "src")
+
+
+def test_train_init_from_a_hf_folder_starts_at_its_weights(tmp_path, capsys):
+    source = _source_folder(tmp_path)
+    args = ["train", "--init-from", str(source), "--out", str(tmp_path), "--name", "ft",
+            "--set", "train.steps=3", "--set", "train.batch_size=8", "--set",
+            "train.eval_batches=1", "--set", "sample.max_new_tokens=4"]  # fmt: skip
+    assert main(args) == 0
+    cfg, params, step = load_run(tmp_path / "ft")
+    src_cfg, src = import_hf(source)
+    # The source's architecture; scan_layers (how, not what) comes from the base config (tiny).
+    assert step == 3 and cfg.model == dataclasses.replace(src_cfg.model, scan_layers=False)
+    assert cfg.train.init_from == str(source.absolute())
+    assert f'init_from = "{source.absolute()}"' in (tmp_path / "ft" / "config.toml").read_text()
+    key = ("gpt", "model", "pos_embed", "embedding")
+    moved = np.abs(np.asarray(params[key].value) - np.asarray(src[key].value)).max()
+    assert 0 < moved < 0.1  # three small steps away from the source, not a fresh init
+
+
+def test_init_from_refuses_an_architecture_change_and_a_larger_vocabulary(tmp_path, capsys):
+    source = _source_folder(tmp_path)
+    args = ["train", "--init-from", str(source), "--out", str(tmp_path), "--name", "x"]
+    assert main([*args, "--set", "model.n_layers=2"]) == 2
+    err = capsys.readouterr().err
+    assert "model.n_layers = 2 changes the architecture of train.init_from" in err
+    assert "which has model.n_layers = 1" in err
+    small = tmp_path / "small"
+    shutil.copytree(DATA / "hf_gpt2", small)
+    assert main(["train", "--init-from", str(small), "--out", str(tmp_path), "--name", "y"]) == 2
+    assert "has 256 ids but train.init_from" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

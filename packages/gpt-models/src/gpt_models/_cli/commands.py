@@ -198,7 +198,23 @@ def _train_config(args: argparse.Namespace) -> Config:
         base = load_config(str(Path(args.resume) / "config.toml"))
     else:
         base = load_config(args.config or "tiny")
+    if getattr(args, "init_from", None):
+        if args.resume:
+            raise ConfigError(
+                "--init-from starts a new run; --resume continues one. Pass only one of them."
+            )
+        base = _from_source(base, args.init_from)
     return apply_overrides(base, overrides, from_text=True)
+
+
+def _from_source(base: Config, source: str) -> Config:
+    """``base`` with ``train.init_from`` set and the source's model section (its architecture)."""
+    import dataclasses
+
+    from .._training.init_from import with_source_model
+
+    train = dataclasses.replace(base.train, init_from=str(Path(source).absolute()))
+    return with_source_model(dataclasses.replace(base, train=train))
 
 
 def _parse_mesh(text: str) -> dict[str, str]:

@@ -71,6 +71,10 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default=None, help="run folder name (default: <preset>-<date>-<time>)")
     p.add_argument("--resume", default=None, metavar="RUN",
                    help="continue a run from its newest checkpoint (its config.toml, plus --set)")  # fmt: skip
+    p.add_argument("--init-from", default=None, metavar="RUN_OR_HF_DIR",
+                   help="start a new run from the weights of a run folder or a Hugging Face "
+                        "folder (its architecture, a fresh optimizer, step 0); shorthand for "
+                        "--set train.init_from=...")  # fmt: skip
     p.add_argument("--dry-run", action="store_true",
                    help="compile the train step and print the plan (parameters, optimizer state, "
                         "memory per device, tokens per step, FLOPs per token); train nothing, "

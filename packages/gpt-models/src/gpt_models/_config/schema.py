@@ -130,6 +130,8 @@ class TrainConfig:
         keep_checkpoints: how many newest checkpoints to keep.
         seed: seed of the initial parameters and of the batch order.
         peak_flops: peak FLOP/s per device for MFU (0 = look the device kind up; no MFU on CPU).
+        init_from: a run folder or a Hugging Face folder whose weights start this run (fresh
+            optimizer, step 0; its architecture is kept); "" = random initialisation.
     """
 
     steps: int = 600
@@ -150,6 +152,7 @@ class TrainConfig:
     keep_checkpoints: int = 3
     seed: int = 0
     peak_flops: float = 0.0
+    init_from: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -409,7 +409,7 @@ def import_hf(path: str | Path, *, dtype: str = "float32") -> tuple[Config, bx.P
             )
         value = jax.device_put(array.astype(np.dtype(dtype)), target.value.sharding)
         out[(*_PREFIX, *entry.path)] = target.replace(value=value)
-    return cfg, bx.Params({k: out[k] for k in abstract})
+    return cfg, bx.Params({k: out[k] for k in abstract}).locked()
 
 
 def _check_names(arch: str, m: ModelConfig, tensors: _Tensors) -> str:

@@ -45,6 +45,7 @@ from .._runs.folders import write_text
 from .._runs.lock import run_lock
 from .evaluate import Evaluator, sample_text
 from .host_memory import keep_host_memory
+from .init_from import check_init_from, init_state_from, source_model
 from .logging import check_wandb, make_logger
 from .metrics_csv import write_metrics_csv
 from .mfu import peak_flops, unknown_peak_note
@@ -185,13 +186,32 @@ def _prepare(cfg: Config, run: Path, resume: bool, stream: TextIO) -> tuple[Any,
     check_wandb(cfg)
     mesh = make_mesh(cfg.mesh)
     _check_batch_fits(cfg, mesh)
-    tokenizer, cfg = prepare_tokenizer(cfg, run, resume=resume, stream=stream)
+    if cfg.train.init_from:  # the model keeps the source's vocabulary
+        tokenizer = _source_tokenizer(cfg, run, resume)
+    else:
+        tokenizer, cfg = prepare_tokenizer(cfg, run, resume=resume, stream=stream)
     dataset = load_dataset(
         cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size, tokenizer=tokenizer
     )
     TaskEvals(cfg, tokenizer)  # a bad train.eval_tasks file fails here, not at the first eval
     optimizer = make_optimizer(cfg.train)
     return cfg, mesh, tokenizer, dataset, optimizer, _abstract(cfg, optimizer, mesh)
+
+
+def _source_tokenizer(cfg: Config, run: Path, resume: bool) -> Any:
+    """``train.init_from``: the data's tokenizer, refused if it has more ids than the source model."""
+    tokenizer, _ = prepare_tokenizer(cfg, run, resume=resume, stream=io.StringIO())
+    if resume:
+        return tokenizer
+    model = source_model(cfg.train.init_from)
+    if tokenizer.vocab_size > model.real_vocab:
+        raise ConfigError(
+            f"The tokenizer (data.tokenizer = {cfg.data.tokenizer!r}) has {tokenizer.vocab_size} ids "
+            f"but train.init_from = {cfg.train.init_from!r} has a vocabulary of {model.real_vocab}: "
+            "its ids would index past the model's embeddings. Use the source's tokenizer."
+        )
+    check_init_from(cfg)  # before anything is written
+    return tokenizer
 
 
 def _typed_error(err: Exception, plan: Plan, run: Path) -> Exception | None:
@@ -240,6 +260,9 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abst
                 f"{ckpt.directory.parent} already holds checkpoints (steps {ckpt.steps()}). Resume it "
                 f"with `gpt train --resume {ckpt.directory.parent}`, or pick another --name."
             )
+        if cfg.train.init_from:
+            print(f"Starting from the weights of {cfg.train.init_from} (step 0)", file=stream)
+            return init_state_from(cfg, optimizer, mesh), 0
         return init_state(cfg, optimizer, mesh), 0
     items, meta, step = ckpt.restore(to_items(abstract))
     state = from_items(items)
