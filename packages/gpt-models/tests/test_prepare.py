@@ -210,3 +210,17 @@ def test_cli_bad_input_exits_2_without_traceback(tmp_path, capsys):
     assert main(["prepare", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "st")]) == 2
     err = capsys.readouterr().err
     assert "a.jsonl:1 is not JSON" in err and "Traceback" not in err
+
+
+def test_a_vocabulary_over_65536_ids_is_stored_as_uint32(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {f"w{i}": i for i in range(70_000)} | {"[UNK]": 70_000}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tok.json"))
+    src = _jsonl(tmp_path / "a.jsonl", ["w69999 w5", "w7"])
+    m = prepare([src], tmp_path / "st", tokenizer=str(tmp_path / "tok.json"), val_fraction=0.0)
+    assert m.manifest["dtype"] == "uint32" and m.manifest["tokenizer"]["eot_id"] == 70_001
+    ids = np.fromfile(tmp_path / "st" / "train-00000.bin", dtype="<u4").tolist()
+    assert ids == [69_999, 5, 70_001, 7, 70_001]

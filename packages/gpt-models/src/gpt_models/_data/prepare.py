@@ -44,7 +44,7 @@ from .store import (
 STATE = ".prepare-state.json"
 TOKENIZER_JSON = "tokenizer.json"
 EOT = "<|endoftext|>"
-_CHUNK_BYTES = 8 << 20
+_CHUNK_BYTES = 2 << 20  # ~2 MB of text: the encodings of a chunk stay ~100 MB
 _BPE_SAMPLE_BYTES = 64 << 20
 
 
@@ -296,6 +296,14 @@ def _run(
         for s in SPLITS
     }
     stats: list[dict[str, int]] = state["stats"]
+    if progress is not None and state["writers"]:
+        kept = sum(len(w.finished) for w in writers.values())
+        print(
+            f"prepare: resuming an interrupted run in {out} ({kept} finished shards kept and "
+            f"verified; input {sources[min(state['source'], len(sources) - 1)].name}, "
+            f"document {state['pos']})",
+            file=progress,
+        )
     meter = _Meter(
         progress, sum(s.size for s in sources), sum(s.size for s in sources[: state["source"]])
     )

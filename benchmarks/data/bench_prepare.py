@@ -1,0 +1,142 @@
+"""``gpt prepare`` on generated corpora: wall time, tokens/s against the raw batch encoder, peak RSS,
+and a kill -9 + re-run that must give the same store as an uninterrupted run.
+
+    python benchmarks/data/make_corpus.py --gb 0.1 --out /tmp/corpus-a
+    python benchmarks/data/make_corpus.py --gb 0.3 --out /tmp/corpus-b
+    python benchmarks/data/bench_prepare.py --tokenizer /tmp/tok.json /tmp/corpus-a /tmp/corpus-b
+
+Each ``gpt prepare`` runs as a child process (its peak RSS from ``getrusage``); the baseline is the
+`tokenizers` library's ``encode_batch_fast`` on the first --raw-mb of the same documents, already in
+memory, timed in a child process of the same run right after. The kill test runs on the first
+corpus: prepare is killed with SIGKILL halfway (by the uninterrupted run's wall time), re-run, and
+its manifest's tokens and shard sha256s are compared with the uninterrupted store's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GPT = [sys.executable, "-m", "gpt_models"]
+
+RAW = r"""
+import json, sys, time
+from pathlib import Path
+from tokenizers import Tokenizer
+tok_arg, corpus, limit = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3]) * 1e6
+tok = None if tok_arg == "byte" else Tokenizer.from_file(tok_arg)
+ntok, n, dt, batch = 0, 0, 0.0, []
+
+def encode(texts):
+    global ntok, dt
+    t = time.perf_counter()
+    if tok is None:
+        ntok += sum(len(s.encode()) for s in texts)
+    else:
+        ntok += sum(len(e.ids) for e in tok.encode_batch_fast(texts, add_special_tokens=False))
+    dt += time.perf_counter() - t
+
+for f in sorted(corpus.rglob("*.jsonl")):
+    for line in f.open(encoding="utf-8"):
+        batch.append(json.loads(line)["text"])
+        n += len(batch[-1])
+        if len(batch) == 512:
+            encode(batch)
+            batch = []
+        if limit and n >= limit:
+            break
+    if limit and n >= limit:
+        break
+encode(batch)
+print(json.dumps({"tokens": ntok, "seconds": dt, "mb": n / 1e6}))
+"""
+
+
+PEAK = (
+    "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
+    "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)
+
+
+def _child(cmd: list[str]) -> tuple[float, float]:
+    """Run ``cmd`` under a fresh parent: its wall seconds and peak RSS (MB)."""
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", PEAK, *cmd], check=True, capture_output=True)
+    return time.perf_counter() - t, int(out.stdout) / 1e3
+
+
+def _prepare(corpus: str, out: Path, tok: str) -> list[str]:
+    return [*GPT, "prepare", corpus, "--out", str(out), "--tokenizer", tok]
+
+
+def _bytes(corpus: str) -> int:
+    return sum(p.stat().st_size for p in Path(corpus).rglob("*") if p.is_file())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("corpora", nargs="+", help="corpus folders, smallest first")
+    ap.add_argument("--tokenizer", default="byte")
+    ap.add_argument("--raw-mb", type=float, default=0.0, help="0: the whole corpus")
+    ap.add_argument("--work", default=None, help="where the stores go (default: a temp dir)")
+    args = ap.parse_args()
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench-prepare-"))
+    rows = []
+    for corpus in args.corpora:
+        store = work / (Path(corpus).name + "-store")
+        shutil.rmtree(store, ignore_errors=True)
+        wall, rss = _child(_prepare(corpus, store, args.tokenizer))
+        m = json.loads((store / "manifest.json").read_text())
+        tokens = m["tokens"]["train"] + m["tokens"]["val"]
+        raw = json.loads(
+            subprocess.run(
+                [sys.executable, "-c", RAW, args.tokenizer, corpus, str(args.raw_mb)],
+                check=True, capture_output=True, text=True,
+            ).stdout
+        )  # fmt: skip
+        raw_rate = raw["tokens"] / raw["seconds"]
+        rows.append({
+            "corpus": corpus, "gb": _bytes(corpus) / 1e9, "wall_s": wall, "tokens": tokens,
+            "tokens_per_s": tokens / wall, "raw_tokens_per_s": raw_rate,
+            "ratio": tokens / wall / raw_rate, "peak_rss_mb": rss,
+        })  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+        t = time.perf_counter()
+        subprocess.run(_prepare(corpus, store, args.tokenizer), check=True, capture_output=True)
+        print(json.dumps({"corpus": corpus, "rerun_verify_s": time.perf_counter() - t}), flush=True)
+    # kill -9 halfway through the first corpus, then re-run
+    corpus, first = args.corpora[0], rows[0]
+    whole = json.loads((work / (Path(corpus).name + "-store") / "manifest.json").read_text())
+    killed = work / "killed-store"
+    shutil.rmtree(killed, ignore_errors=True)
+    proc = subprocess.Popen(
+        _prepare(corpus, killed, args.tokenizer),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(first["wall_s"] / 2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    left = sorted(p.name for p in killed.iterdir())
+    t = time.perf_counter()
+    subprocess.run(_prepare(corpus, killed, args.tokenizer), check=True, capture_output=True)
+    again = json.loads((killed / "manifest.json").read_text())
+    print(json.dumps({
+        "kill9_after_s": first["wall_s"] / 2, "files_after_kill": left,
+        "manifest_after_kill": "manifest.json" in left, "rerun_s": time.perf_counter() - t,
+        "tokens_equal": again["tokens"] == whole["tokens"],
+        "shards_equal": again["shards"] == whole["shards"],
+    }), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
