@@ -29,6 +29,7 @@ EXIT_DISK_FULL = 4  # the multi-process failures exit with 3 (startup.EXIT_PEERS
 
 def train_command(args: argparse.Namespace) -> int:
     """``gpt train``: resolve the config, train in a new (or the resumed) run folder, report."""
+    _check_train_flags(args)
     _maybe_distributed(args)
     import jax
 
@@ -173,15 +174,79 @@ def eval_command(args: argparse.Namespace) -> int:
     return eval_files(args, run, _run_config(args, run, _EVAL_KEYS))
 
 
+def _check_train_flags(args: argparse.Namespace) -> None:
+    """Flags that cannot work, refused before JAX starts or anything is read or written."""
+    for flag, value in (("--resume", args.resume), ("--config", args.config),
+                        ("--out", args.out), ("--coordinator", args.coordinator)):  # fmt: skip
+        if value is not None and not value.strip():
+            raise UsageError(
+                f"gpt train {flag} '' is empty. Pass a value (e.g. {flag} "
+                f"{_FLAG_EXAMPLES[flag]}), or leave the flag out."
+            )
+    if args.resume is not None and args.name is not None:
+        raise UsageError(
+            f"gpt train got --resume {args.resume} and --name {args.name}: --resume continues "
+            f"that run in its own folder, --name starts a new one. Pass one: --resume "
+            f"{args.resume}, or --name {args.name} without --resume."
+        )
+    out = Path(args.out)
+    if args.resume is None and out.exists() and not out.is_dir():
+        raise UsageError(
+            f"gpt train --out {out}: that is a file, but --out is the folder that holds run "
+            "folders. Pass a folder (new or existing), e.g. --out runs."
+        )
+    _check_distributed_flags(args)
+
+
+_FLAG_EXAMPLES = {
+    "--resume": "runs/<name>",
+    "--config": "tiny",
+    "--out": "runs",
+    "--coordinator": "10.0.0.1:1234",
+}
+
+
+def _check_distributed_flags(args: argparse.Namespace) -> None:
+    address = args.coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS")
+    if address is not None:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(
+                f"gpt train --coordinator {address}: expected HOST:PORT with a port number from "
+                f"1 to 65535, e.g. --coordinator {address.rstrip(':') if not sep else host}:1234 "
+                "(the address of process 0, the same on every process)."
+            )
+    n, i = args.num_processes, args.process_id
+    if (n is not None or i is not None) and address is None:
+        raise UsageError(
+            "gpt train --num-processes/--process-id need --coordinator HOST:PORT (the address of "
+            "process 0, or JAX_COORDINATOR_ADDRESS): without it the processes cannot find each "
+            "other. Add --coordinator, or leave the multi-process flags out for one process."
+        )
+    if n is not None and n < 1:
+        raise UsageError(f"gpt train --num-processes {n}: expected 1 or more processes.")
+    if i is not None and (i < 0 or (n is not None and i >= n)):
+        top = f"0 to {n - 1}" if n is not None else "0 or more"
+        raise UsageError(
+            f"gpt train --process-id {i}: expected {top} (each of the --num-processes {n} "
+            "processes gets a distinct id; process 0 hosts the coordinator)."
+        )
+
+
 def _maybe_distributed(args: argparse.Namespace) -> None:
     # Only when asked: auto-detection is for clusters and must not slow down a laptop run.
     if args.coordinator or args.num_processes or os.environ.get("JAX_COORDINATOR_ADDRESS"):
         from .._distributed import startup
 
-        startup.start(
-            args.coordinator, args.num_processes, args.process_id,
-            init_timeout=args.init_timeout, heartbeat_timeout=math.ceil(args.heartbeat_timeout),
-        )  # fmt: skip
+        try:
+            startup.start(
+                args.coordinator, args.num_processes, args.process_id,
+                init_timeout=args.init_timeout, heartbeat_timeout=math.ceil(args.heartbeat_timeout),
+            )  # fmt: skip
+        except ValueError as err:  # paramspec.initialize_distributed's checks of the arguments
+            raise UsageError(
+                f"gpt train --coordinator/--num-processes/--process-id: {err}"
+            ) from err
 
 
 def _train_config(args: argparse.Namespace) -> Config:

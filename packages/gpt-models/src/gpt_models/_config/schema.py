@@ -278,7 +278,14 @@ def validate(cfg: Config) -> Config:
         )
     divisible = m.d_model > 0 and m.n_heads > 0 and not m.d_model % m.n_heads
     if m.pos == "rope" and divisible and m.head_dim % 2:
-        problems.append(f"RoPE needs an even head dim; d_model / n_heads = {m.head_dim}")
+        fits = [h for h in range(1, m.d_model + 1) if not m.d_model % h and not m.d_model // h % 2]
+        near = sorted(sorted(fits, key=lambda h: abs(h - m.n_heads))[:3])
+        heads = f"--set model.n_heads=N with N in {near}, " if near else ""
+        problems.append(
+            f"RoPE needs an even head dim; model.d_model / model.n_heads = {m.d_model} / "
+            f"{m.n_heads} = {m.head_dim}. Fix: {heads}--set model.d_model="
+            f"{m.n_heads * (m.head_dim + 1)}, or --set model.pos=learned"
+        )
     if not 0 <= m.vocab_real <= m.vocab_size:
         problems.append(
             f"model.vocab_real = {m.vocab_real} must be between 0 (all of model.vocab_size) and "
@@ -296,6 +303,7 @@ def validate(cfg: Config) -> Config:
         problems.append(f"train.warmup_steps = {t.warmup_steps} must be >= 0")
     if not 257 <= cfg.data.bpe_vocab_size <= 65536:
         problems.append(f"data.bpe_vocab_size = {cfg.data.bpe_vocab_size} must be in 257..65536")
+    problems += _range_problems(cfg)
     s = cfg.sample
     problems += sampling_problems("sample.", s.max_new_tokens, s.temperature, s.top_k, s.top_p)
     for key, values in CHOICES.items():
@@ -309,6 +317,32 @@ def validate(cfg: Config) -> Config:
     if problems:
         raise ConfigError(format_problems("Invalid config", problems))
     return cfg
+
+
+def _range_problems(cfg: Config) -> list[str]:
+    # Values that build a config but train nonsense: an infinite lr runs and then diverges, a
+    # beta of 1.5 runs to the end with an optimizer that amplifies instead of averaging.
+    t, m = cfg.train, cfg.model
+    problems = []
+    if not math.isfinite(t.lr):
+        problems.append(f"train.lr = {t.lr} must be a finite number > 0, e.g. 3e-4")
+    for key, value in (("train.beta1", t.beta1), ("train.beta2", t.beta2)):
+        if not 0.0 <= value < 1.0:
+            problems.append(f"{key} = {value} must be in [0, 1), e.g. 0.9 or 0.95")
+    bounded = {"train.min_lr_ratio": (t.min_lr_ratio, 1.0)}
+    for key, (value, top) in bounded.items():
+        if not 0.0 <= value <= top:
+            problems.append(f"{key} = {value} must be in [0, {top:g}]")
+    at_least_zero = {
+        "train.weight_decay": t.weight_decay, "train.grad_clip": t.grad_clip,
+        "train.peak_flops": t.peak_flops, "train.checkpoint_every": t.checkpoint_every,
+    }  # fmt: skip
+    for key, value in at_least_zero.items():
+        if not (math.isfinite(value) and value >= 0):
+            problems.append(f"{key} = {value} must be a finite number >= 0")
+    if not (math.isfinite(m.rope_theta) and m.rope_theta > 0):
+        problems.append(f"model.rope_theta = {m.rope_theta} must be a finite number > 0")
+    return problems
 
 
 def sampling_problems(

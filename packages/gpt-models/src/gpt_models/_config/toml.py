@@ -211,6 +211,11 @@ def load_config(source: str) -> Config:
         >>> load_config("gpt2-small").model.d_model
         768
     """
+    if not source.strip():
+        raise ConfigError(
+            f"Config '' is empty. Pass a preset ({list_alternatives(PRESETS)}) or a TOML file, "
+            "or leave --config out for tiny."
+        )
     if source in PRESETS or not (source.endswith(".toml") or Path(source).exists()):
         return get_preset(source)
     path = Path(source)
@@ -220,6 +225,16 @@ def load_config(source: str) -> Config:
         raise ConfigError(
             f"Config file {source} does not exist. Pass a preset ({list_alternatives(PRESETS)}) "
             "or the path of a TOML file, e.g. runs/<name>/config.toml."
+        ) from err
+    except IsADirectoryError as err:
+        raise ConfigError(
+            f"Config {source} is a folder, not a TOML file or a preset. Pass a file, e.g. "
+            f"--config {path / 'config.toml'}, or a preset ({list_alternatives(PRESETS)})."
+        ) from err
+    except PermissionError as err:
+        raise ConfigError(
+            f"Config file {source} cannot be read ({err.strerror}). Make it readable or pass "
+            "another file."
         ) from err
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"Config file {source} is not valid TOML: {err}.") from err

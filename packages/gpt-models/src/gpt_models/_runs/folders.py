@@ -7,6 +7,7 @@ A run folder ``<out>/<name>/`` holds ``config.toml`` (the resolved config), ``ch
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ def new_run_dir(out: str | Path, name: str | None, config_source: str | None) ->
     """``out/name``; without a name, ``<preset>-<date>-<time>`` (``custom`` for a TOML file)."""
     if name is None:
         preset = "tiny" if config_source is None else config_source
-        if preset.endswith(".toml"):
+        if preset.endswith(".toml") or "/" in preset or Path(preset).exists():
             preset = "custom"
         name = f"{preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     return Path(out) / check_run_name(name)
@@ -57,6 +58,66 @@ def check_run_folder(run_dir: str | Path, *, flag: str) -> Path:
         f"{flag} {run}: not a run folder ({found}). Expected a folder made by `gpt train`, holding "
         f"config.toml and checkpoints/; pass one, e.g. {flag} runs/<name>{_run_hint(run)}."
     )
+
+
+# What a run writes before its config.toml (that is written once the launch is accepted): a folder
+# holding only these is a run whose first launch stopped early.
+_EARLY_NAMES = frozenset({"lock", "checkpoints", "metrics", "tokenizer.json", "profile"})
+# The files and folders a run writes; none of them may be a symbolic link (a write would land
+# wherever it points).
+_RUN_NAMES = ("lock", "config.toml", "checkpoints", "metrics", "metrics.csv", "loss.png",
+              "sample.txt", "tokenizer.json", "tensorboard", "profile", "train.log")  # fmt: skip
+
+
+def check_run_target(run: Path, *, resume: bool) -> None:
+    """Refuse to train into ``run`` unless it is new, empty or a run folder, with no links in it.
+
+    A folder is a run when it has ``config.toml`` (or only what a run writes before it). Checked
+    before anything is written, so a refused launch leaves the folder as it was.
+
+    Raises:
+        UsageError: ``run`` is a file, another program's folder, not writable, or one of the
+            run's files or folders is a symbolic link.
+    """
+    flag = "--resume" if resume else "--out/--name"
+    if run.exists() and not run.is_dir():
+        raise UsageError(
+            f"{flag}: {run} is a file, not a run folder. Pass a new or existing run folder, e.g. "
+            "--name another-name."
+        )
+    if not run.exists():
+        return
+    entries = sorted(p.name for p in run.iterdir())
+    if not resume and entries and "config.toml" not in entries:
+        others = [e for e in entries if e not in _EARLY_NAMES]
+        if others:
+            raise UsageError(
+                f"{flag}: {run} is an existing folder that is not a gpt run (no config.toml; it "
+                f"holds {list_alternatives(others, limit=5)}). Training would overwrite files in "
+                "it; pick a new --name, or an empty or new --out folder."
+            )
+    for link in _links(run):
+        raise UsageError(
+            f"{flag}: {link} in run folder {run} is a symbolic link (to {os.readlink(link)}). A "
+            "run never writes through links, since the write would land outside the run folder. "
+            "Replace the link with the real file or folder, or use a new --name."
+        )
+    if not os.access(run, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"{flag}: run folder {run} is not writable by this user. Make it writable "
+            f"(chmod u+w {run}), or train into a new --name."
+        )
+
+
+def _links(run: Path) -> list[Path]:
+    found = [run / n for n in _RUN_NAMES if (run / n).is_symlink()]
+    for sub in ("checkpoints", "metrics"):
+        if (run / sub).is_dir() and not (run / sub).is_symlink():
+            for root, dirs, files in os.walk(run / sub):
+                found += [Path(root) / n for n in dirs + files if (Path(root) / n).is_symlink()]
+                if sub == "checkpoints":
+                    dirs.clear()  # the step folders are orbax's; only their names are checked
+    return found
 
 
 def _run_hint(run: Path) -> str:

@@ -61,7 +61,16 @@ def _describe(holder: dict[str, Any] | None) -> str:
 def _open_locked(path: Path) -> int:
     """An fd of ``path`` holding its exclusive flock, or RunInUseError if another process holds it."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            # O_NOFOLLOW: a lock that is a symbolic link would truncate whatever it points to.
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        except OSError as err:
+            if err.errno != errno.ELOOP:
+                raise
+            raise UsageError(
+                f"Run folder lock {path} is a symbolic link (to {os.readlink(path)}); it is not "
+                "followed, since taking the lock writes the file. Remove the link, then launch again."
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -60,6 +60,13 @@ def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_
     tok = tokenizer or ByteTokenizer()
     ids = tok.encode(s.prompt if prompt is None else prompt)
     room = cfg.model.seq_len - len(ids)
+    if room < 1:
+        what = "The prompt" if prompt is not None else "sample.prompt"
+        raise ValueError(
+            f"{what} is {len(ids)} tokens long, but the model's context (model.seq_len) is "
+            f"{cfg.model.seq_len} tokens, and it needs room for at least one new token. Use a "
+            f"prompt of at most {cfg.model.seq_len - 1} tokens (for bytes, characters)."
+        )
     n = min(s.max_new_tokens, room) if max_new_tokens is None else max_new_tokens
     out = generate(
         jax.tree.map(_on_one_device, params), ids, cfg.model, max_new_tokens=n,

@@ -41,7 +41,7 @@ from .._errors import (
 from .._model.gpt import compute_dtype, flops_per_token
 from .._runs.checkpoint import Checkpointer
 from .._runs.diskfull import disk_full_message
-from .._runs.folders import write_text
+from .._runs.folders import check_run_target, write_text
 from .._runs.lock import run_lock
 from .evaluate import Evaluator, sample_text
 from .host_memory import keep_host_memory
@@ -131,12 +131,13 @@ def train(
     plan = plan_step(cfg, optimizer, mesh, abstract)
     check_fits(plan)
     if is_primary():
+        check_run_target(run, resume=resume)
+        if resume:
+            _check_metrics(run)
         run.mkdir(parents=True, exist_ok=True)
-        save_tokenizer(tokenizer, run)
     # Held until training ends, and taken before looking for checkpoints, so that of two launches
     # into one run folder only one gets past this line (process 0 writes the folder for all).
     with run_lock(run, stream=stream) if is_primary() else contextlib.nullcontext():
-        write_text(run / "config.toml", dumps(cfg))
         ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints)
         try:
             return _run_steps(
@@ -227,6 +228,22 @@ def _typed_error(err: Exception, plan: Plan, run: Path) -> Exception | None:
     return None
 
 
+def _check_metrics(run: Path) -> None:
+    # Read before training: lox reads a save's index when it first appends to it, which would be
+    # after steps were trained and checkpoints saved.
+    metrics = run / "metrics" / "run_0"
+    if not metrics.is_dir():
+        return
+    try:
+        lox.load(metrics)
+    except lox.DamagedSaveError as err:
+        raise UsageError(
+            f"The metrics of run {run} cannot be continued: {err}\nNothing in the run was "
+            "changed. Restore its metrics/ from a copy, or move them aside (mv "
+            f"{run}/metrics {run}/metrics-damaged) to resume with a new metrics log."
+        ) from err
+
+
 def _check_batch_fits(cfg: Config, mesh: Mesh) -> None:
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     micro = cfg.train.batch_size // cfg.train.grad_accum
@@ -283,6 +300,11 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
            step_fn: Any) -> RunResult:  # fmt: skip
     state, start = _restore_or_init(cfg, resume, optimizer, mesh, abstract, ckpt, stream)
     loop = _Loop(cfg, run, mesh, dataset, abstract, ckpt, start, stream, step_fn)
+    # Only now that the launch is accepted (checkpoints restored, metrics opened): a refused or
+    # failed launch leaves the run's config.toml as it was.
+    if is_primary():
+        save_tokenizer(dataset.tokenizer, run)
+    write_text(run / "config.toml", dumps(cfg))
     loop.announce(state)
     try:
         with stop_on_signals() as stop:

@@ -1,0 +1,198 @@
+"""Bad input to ``gpt``, one case per test (issue 28): exit status 2, a message naming the fix, no
+traceback, and no file of the user's or of an existing run changed.
+
+The commands run in-process through ``gpt_models.main``; the cases that need a signal or a kill are
+in integration_tests/test_faults.py.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpt_models import main
+
+TINY = [
+    "--set", "model.seq_len=32", "--set", "model.d_model=32", "--set", "model.n_layers=1",
+    "--set", "model.n_heads=2", "--set", "train.steps=2", "--set", "train.batch_size=8",
+    "--set", "train.warmup_steps=1", "--set", "train.eval_every=2", "--set", "train.eval_batches=1",
+    "--set", "train.checkpoint_every=1", "--set", "sample.max_new_tokens=4", "--set", "mesh.data=-1",
+]  # fmt: skip
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished two-step run (checkpoints at steps 1 and 2), built once; tests copy it."""
+    out = tmp_path_factory.mktemp("finished")
+    assert main(["train", "--out", str(out), "--name", "base", *TINY]) == 0
+    return out / "base"
+
+
+@pytest.fixture
+def run_copy(finished_run, tmp_path):
+    run = tmp_path / "runs" / "base"
+    shutil.copytree(finished_run, run, symlinks=True)
+    return run
+
+
+def _refused(capsys, argv, *needles):
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+# --- run folders: ours only with our marker, untouched on a refused launch, no links ---------------
+
+
+def test_train_refuses_a_folder_of_the_users_own_files(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for name in ("sample.txt", "loss.png", "notes.txt"):
+        (mine / name).write_text(f"my {name}")
+    before = _snapshot(mine)
+    _refused(capsys, ["train", "--out", str(tmp_path), "--name", "mine", *TINY],
+             f"{mine} is an existing folder that is not a gpt run", "pick a new --name")  # fmt: skip
+    assert _snapshot(mine) == before
+
+
+def test_refused_launch_into_a_finished_run_leaves_its_config_toml(run_copy, capsys):
+    before = _snapshot(run_copy)
+    _refused(capsys, ["train", "--out", str(run_copy.parent), "--name", "base", *TINY,
+                      "--set", "model.d_model=64"], "already holds checkpoints", "--resume")  # fmt: skip
+    assert _snapshot(run_copy) == before
+
+
+def test_a_lock_that_is_a_symlink_is_refused_and_its_target_untouched(run_copy, capsys):
+    victim = run_copy.parent / "victim.txt"
+    victim.write_text("precious")
+    (run_copy / "lock").symlink_to("../victim.txt")
+    _refused(capsys, ["train", "--resume", str(run_copy)], "lock", "is a symbolic link")
+    assert victim.read_text() == "precious"
+
+
+def test_symlinked_metrics_chunks_are_refused(run_copy, tmp_path, capsys):
+    chunks = run_copy / "metrics" / "run_0" / "chunks"
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(chunks, elsewhere)
+    chunks.symlink_to(elsewhere)
+    before = _snapshot(elsewhere)
+    _refused(capsys, ["train", "--resume", str(run_copy)], str(chunks), "symbolic link")
+    assert _snapshot(elsewhere) == before
+
+
+def test_symlinked_checkpoints_are_refused(run_copy, tmp_path, capsys):
+    shutil.move(run_copy / "checkpoints", tmp_path / "ckpts")
+    (run_copy / "checkpoints").symlink_to(tmp_path / "ckpts")
+    _refused(capsys, ["train", "--resume", str(run_copy)], "checkpoints", "symbolic link")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write to a read-only folder")
+def test_a_read_only_run_folder_is_refused(run_copy, capsys):
+    before = _snapshot(run_copy)
+    run_copy.chmod(0o555)
+    try:
+        _refused(capsys, ["train", "--resume", str(run_copy)], "not writable", "chmod u+w")
+    finally:
+        run_copy.chmod(0o755)
+    assert _snapshot(run_copy) == before
+
+
+def test_resume_with_a_garbage_metrics_index_leaves_config_toml(run_copy, capsys):
+    (run_copy / "metrics" / "run_0" / "lox-index.jsonl").write_text("not json\n")
+    config = (run_copy / "config.toml").read_bytes()
+    code = main(["train", "--resume", str(run_copy), "--set", "train.steps=3"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "lox-index.jsonl" in err, err
+    assert (run_copy / "config.toml").read_bytes() == config
+
+
+# --- flags -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--config", "--out", "--coordinator"])
+def test_an_empty_path_flag_is_refused(flag, tmp_path, capsys):
+    _refused(capsys, ["train", "--out", str(tmp_path), flag, ""], f"{flag} '' is empty")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_and_name_together_are_refused(run_copy, capsys):
+    before = _snapshot(run_copy)
+    _refused(capsys, ["train", "--resume", str(run_copy), "--name", "other"],
+             "--resume continues that run", "Pass one")  # fmt: skip
+    assert _snapshot(run_copy) == before
+
+
+def test_config_that_is_a_folder_is_refused(tmp_path, capsys):
+    _refused(capsys, ["train", "--out", str(tmp_path), "--config", str(tmp_path)],
+             "is a folder, not a TOML file", "config.toml")  # fmt: skip
+    _refused(capsys, ["config", "show", "--config", str(tmp_path)], "is a folder")
+
+
+def test_out_that_is_a_file_is_refused(tmp_path, capsys):
+    out = tmp_path / "runs"
+    out.write_text("a file")
+    _refused(capsys, ["train", "--out", str(out)], "that is a file", "Pass a folder")
+    assert out.read_text() == "a file"
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--coordinator", "localhost"], "expected HOST:PORT"),
+        (["--coordinator", "localhost:99999"], "port number from 1 to 65535"),
+        (["--num-processes", "2"], "need --coordinator HOST:PORT"),
+        (["--coordinator", "localhost:1234", "--num-processes", "2", "--process-id", "5"],
+         "--process-id 5: expected 0 to 1"),
+        (["--coordinator", "localhost:1234", "--num-processes", "0"], "expected 1 or more"),
+    ],
+)  # fmt: skip
+def test_bad_multi_process_flags_are_refused_before_waiting(flags, needle, tmp_path, capsys):
+    _refused(capsys, ["train", "--out", str(tmp_path), *flags], needle)
+
+
+# --- config values ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "needle"),
+    [
+        ("train.lr=inf", "train.lr = inf must be a finite number > 0"),
+        ("train.beta2=1.5", "train.beta2 = 1.5 must be in [0, 1)"),
+        ("train.beta1=-0.1", "train.beta1 = -0.1 must be in [0, 1)"),
+        ("train.min_lr_ratio=2", "train.min_lr_ratio = 2.0 must be in [0, 1]"),
+        ("train.weight_decay=nan", "train.weight_decay = nan must be a finite number >= 0"),
+        ("train.grad_clip=-1", "train.grad_clip = -1.0 must be a finite number >= 0"),
+    ],
+)
+def test_out_of_range_config_values_are_refused(setting, needle, tmp_path, capsys):
+    _refused(capsys, ["train", "--out", str(tmp_path), "--set", setting], needle)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_odd_rope_head_dim_names_the_fix(tmp_path, capsys):
+    _refused(capsys, ["train", "--out", str(tmp_path), "--set", "model.d_model=30",
+                      "--set", "model.n_heads=2"],
+             "= 15", "model.n_heads=N with N in [1, 3, 5]", "model.d_model=32",
+             "model.pos=learned")  # fmt: skip
+
+
+# --- sample ----------------------------------------------------------------------------------------
+
+
+def test_sample_with_a_prompt_longer_than_the_context(finished_run, capsys):
+    err = _refused(capsys, ["sample", "--run", str(finished_run), "--prompt", "x" * 100],
+                   "100 tokens long", "model.seq_len) is 32", "at most 31")  # fmt: skip
+    assert "max_new_tokens" not in err
