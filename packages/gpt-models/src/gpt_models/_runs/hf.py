@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import shutil
+import struct
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -76,7 +77,7 @@ class _Tensors:
                 "a Hugging Face folder saved with save_pretrained(..., safe_serialization=True); "
                 "convert .bin weights to safetensors first."
             )
-        self._handles: dict[Path, Any] = {}
+        self._headers: dict[Path, tuple[int, dict[str, Any]]] = {}
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.where: dict[str, Path] = {}
         for path in sorted(set(files.values())) if files else [single]:
@@ -107,17 +108,52 @@ class _Tensors:
                 f"{path} is not a readable safetensors file ({err}); it is probably truncated or "
                 "damaged. Expected a complete file written by safetensors; copy it again."
             ) from err
-        self._handles[path] = handle
         return handle
 
-    def get(self, name: str) -> np.ndarray:
+    def get(self, name: str, rows: int = 0) -> np.ndarray:
+        """One tensor, read with ``pread`` into a fresh array.
+
+        Not through safetensors' memory map: the mapped pages of every tensor read would count
+        in this process's memory until the file is closed, a second copy of the model. ``rows``:
+        read into the first rows of a zero array with that many (a padded vocabulary), in place.
+        """
+        path = self.where[name]
         try:
-            return np.asarray(self._handles[self.where[name]].get_tensor(name))
+            start, dtype, shape, (begin, end) = self._layout(path, name)
+            padded = np.zeros((max(rows, shape[0]), *shape[1:]), dtype) if rows and shape else None
+            out = padded[: shape[0]] if padded is not None else np.empty(shape, dtype)
+            with open(path, "rb") as f:
+                got = os.preadv(f.fileno(), [memoryview(out.reshape(-1).view(np.uint8))],
+                                start + begin)  # fmt: skip
+            if got != end - begin or out.nbytes != end - begin:
+                raise ValueError(f"read {got} of {end - begin} bytes")
+            return padded if padded is not None else out
         except Exception as err:
             raise CheckpointFormatError(
-                f"{self.where[name]}: tensor {name!r} could not be read ({err}); the file is "
-                "probably truncated or damaged. Copy it again."
+                f"{path}: tensor {name!r} could not be read ({err}); the file is probably "
+                "truncated or damaged. Copy it again."
             ) from err
+
+    def _layout(self, path: Path, name: str) -> tuple[int, Any, tuple[int, ...], list[int]]:
+        if path not in self._headers:
+            with open(path, "rb") as f:
+                (size,) = struct.unpack("<Q", f.read(8))
+                self._headers[path] = (8 + size, json.loads(f.read(size)))
+        start, header = self._headers[path]
+        entry = header[name]
+        return start, _numpy_dtype(entry["dtype"]), tuple(entry["shape"]), entry["data_offsets"]
+
+
+_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32",
+           "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}  # fmt: skip
+
+
+def _numpy_dtype(name: str) -> Any:
+    if name == "BF16":
+        return _bf16()
+    if name not in _DTYPES:
+        raise ValueError(f"unsupported tensor dtype {name}")
+    return np.dtype(_DTYPES[name])
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -407,8 +443,9 @@ def import_hf(path: str | Path, *, dtype: str = "float32") -> tuple[Config, bx.P
                 f"which does not fit config.json ({arch}: our {'/'.join(entry.path)} needs "
                 f"{target.value.shape}). The weights and config.json come from different models."
             )
-        value = jax.device_put(array.astype(np.dtype(dtype)), target.value.sharding)
+        value = jax.device_put(array.astype(np.dtype(dtype), copy=False), target.value.sharding)
         out[(*_PREFIX, *entry.path)] = target.replace(value=value)
+        del array, value  # one param's host copy at a time
     return cfg, bx.Params({k: out[k] for k in abstract}).locked()
 
 
@@ -445,15 +482,18 @@ def _stream(
 ) -> Iterator[tuple[_Entry, np.ndarray]]:
     for entry in _entries(arch, m):
         if not entry.stacked:
-            yield entry, entry.load(*(tensors.get(strip + n) for n in entry.hf))
+            rows = m.vocab_size if entry.path[0] in ("embed", "unembed") else 0
+            yield entry, entry.load(*(tensors.get(strip + n, rows) for n in entry.hf))
             continue
-        layers = []
+        stacked = None
         for i in range(m.n_layers):
-            parts = [tensors.get(strip + n.format(i=i)) for n in entry.hf]
-            layers.append(entry.load(*parts))
-            del parts
-        yield entry, np.stack(layers)
-        del layers
+            layer = entry.load(*(tensors.get(strip + n.format(i=i)) for n in entry.hf))
+            if stacked is None:
+                stacked = np.empty((m.n_layers, *layer.shape), layer.dtype)
+            stacked[i] = layer
+            del layer
+        yield entry, stacked
+        del stacked
 
 
 # ----------------------------------------------------------------------------------------------------
