@@ -224,3 +224,16 @@ def test_a_vocabulary_over_65536_ids_is_stored_as_uint32(tmp_path):
     assert m.manifest["dtype"] == "uint32" and m.manifest["tokenizer"]["eot_id"] == 70_001
     ids = np.fromfile(tmp_path / "st" / "train-00000.bin", dtype="<u4").tolist()
     assert ids == [69_999, 5, 70_001, 7, 70_001]
+
+
+def test_a_run_tokenizer_other_than_the_stores_is_refused(tmp_path):
+    from gpt_models import BPETokenizer
+
+    src = _jsonl(tmp_path / "a.jsonl", _docs(100))
+    prepare([src], tmp_path / "st", tokenizer="bpe", bpe_vocab_size=300, val_fraction=0.1)
+    cfg = DataConfig(path=str(tmp_path / "st"), tokenizer="bpe")
+    own = BPETokenizer.load(tmp_path / "st" / "tokenizer.json")
+    assert len(load_dataset(cfg, seq_len=8, vocab_size=320, tokenizer=own).train) > 0
+    other = BPETokenizer.train(["some other text entirely " * 20], vocab_size=270)
+    with pytest.raises(DataError, match="not the one the token store .* was made with"):
+        load_dataset(cfg, seq_len=8, vocab_size=320, tokenizer=other)

@@ -239,6 +239,8 @@ def _round_up(n: int, k: int) -> int:
 
 
 def _windows(tokens: TokenArray, starts: np.ndarray, seq_len: int) -> np.ndarray:
+    if isinstance(tokens, ShardedTokens):  # one slice per window, not a lookup per token
+        return np.asarray(tokens.windows(starts, seq_len + 1), dtype=np.int32)
     idx = starts[..., None] + np.arange(seq_len + 1)
     return np.asarray(tokens[idx], dtype=np.int32)
 

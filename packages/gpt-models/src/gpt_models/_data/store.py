@@ -206,11 +206,23 @@ class ShardedTokens:
     def shape(self) -> tuple[int]:
         return (len(self),)
 
+    def windows(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """``out[..., j] = self[starts[...] + j]`` for ``j < length``: one slice per window."""
+        flat = starts.reshape(-1)
+        out = np.empty((len(flat), length), self.dtype)
+        for row, start in enumerate(flat.tolist()):
+            out[row] = self[start : start + length]
+        return out.reshape(*starts.shape, length)
+
     def __getitem__(self, index: Any) -> np.ndarray:
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
             if step != 1:
                 return self[np.arange(start, stop, step)]
+            first = int(np.searchsorted(self._starts, start, side="right")) - 1
+            a = int(self._starts[first]) if first < len(self._maps) else 0
+            if first < len(self._maps) and stop - a <= len(self._maps[first]):
+                return np.asarray(self._maps[first][start - a : stop - a])  # within one shard
             parts = [
                 m[max(start - a, 0) : max(stop - a, 0)]
                 for m, a in zip(self._maps, self._starts[:-1].tolist(), strict=True)
