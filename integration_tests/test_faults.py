@@ -368,3 +368,55 @@ def test_disk_full_during_metrics_write_keeps_the_run_resumable(tmp_path, monkey
     assert rc == 0, out[-3000:]
     assert f"Resumed from checkpoint step {last}" in out and _steps(run)[-1] == 200
     _row("disk full during metrics write (shim)", 1, "clear error (exit 4), restorable", [took])
+
+
+# ------------------------------------------------------------------------------------------------
+# interruptions (issue 28): a double Ctrl-C, SIGTERM after the last step
+
+
+def test_double_ctrl_c_waits_for_the_save_and_leaves_a_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    proc = _start("train", "--out", str(tmp_path), "--name", "run", *TINY,
+                  "--set", "train.steps=100000", "--set", "train.checkpoint_every=50")  # fmt: skip
+    _wait_for(lambda: bool(_steps(run)), proc, "a first checkpoint")
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)  # the usual impatient double Ctrl-C
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    rc, out = _finish(proc)
+    assert rc == 128 + signal.SIGINT, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    assert "already stopping" in out and "checkpoint saved" in out, out[-3000:]
+    stopped = int(re.search(r"after step (\d+)", out).group(1))
+    assert _steps(run)[-1] == stopped and not _partial(run)
+    assert not (run / "lock").exists()
+    _row("Ctrl-C twice, 50 ms apart", 1, f"saved step {stopped}, exit 130", [time.monotonic() - t0])
+
+
+# gpt train whose loss plot sends it SIGTERM: the signal lands after the last step, deterministically.
+SIGTERM_AT_PLOT = """
+import os, signal, sys
+import gpt_models._training.loop as loop
+real = loop.plot_losses
+def plot_then_term(*args, **kwargs):
+    real(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+loop.plot_losses = plot_then_term
+from gpt_models import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_after_the_last_step_says_what_was_skipped_and_leaves_no_lock(tmp_path):
+    run = tmp_path / "run"
+    t0 = time.monotonic()
+    rc, out = _finish(_start("train", "--out", str(tmp_path), "--name", "run", *TINY,
+                             "--set", "train.steps=4", code=SIGTERM_AT_PLOT))  # fmt: skip
+    assert rc == 128 + signal.SIGTERM, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert "after the last step (4); its checkpoint is saved, but sample.txt was not" in out
+    assert f"gpt sample --run {run}" in out
+    assert not (run / "lock").exists() and not (run / "sample.txt").exists()
+    assert (run / "loss.png").exists() and _steps(run)[-1] == 4
+    took = [time.monotonic() - t0]
+    _row("SIGTERM after the last step", 1, "exit 143, lock gone, skip named", took)

@@ -51,6 +51,15 @@ def train_command(args: argparse.Namespace) -> int:
     try:
         result = run_training(cfg, run, resume=bool(args.resume))
     except TrainingInterrupted as stop:
+        if stop.skipped:  # after the last step: training is complete, its end was cut short
+            print(
+                f"\nStopped by signal {stop.signum} after the last step ({stop.step}); its "
+                f"checkpoint is saved, but {' and '.join(stop.skipped)} "
+                f"{'was' if len(stop.skipped) == 1 else 'were'} not written. A "
+                f"sample: gpt sample --run {run}",
+                file=sys.stderr,
+            )
+            return 128 + stop.signum
         print(
             f"\nStopped by signal {stop.signum} after step {stop.step}; checkpoint saved. Continue with:"
             f"\n  gpt train --resume {run}",

@@ -306,21 +306,32 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
         save_tokenizer(dataset.tokenizer, run)
     write_text(run / "config.toml", dumps(cfg))
     loop.announce(state)
-    try:
-        with stop_on_signals() as stop:
+    # One handler from the first step to the sample: a signal after the last step (while the
+    # final checkpoint, loss.png or the sample are written) skips what is left and says so,
+    # instead of killing the process with its lock file left behind.
+    with stop_on_signals() as stop:
+        try:
             state = loop.run(state, stop)
-    except BaseException as err:
-        _close_after(loop, err)
-        raise
-    loop.close()
-    val = loop.val if math.isfinite(loop.val) else loop.evaluate(state.params)
-    tps, mfu = loop.progress.rates(cfg.train.steps)
-    if loop.logger:
-        plot_losses(lox.load(run / "metrics" / "run_0"), run / "loss.png", dataset.bytes_per_token)
-    sample = ""
-    if write_sample:
-        sample = sample_text(state.params, cfg, tokenizer=dataset.tokenizer)
-        write_text(run / "sample.txt", sample)
+        except BaseException as err:
+            _close_after(loop, err)
+            raise
+        loop.close()
+        val = loop.val if math.isfinite(loop.val) else loop.evaluate(state.params)
+        tps, mfu = loop.progress.rates(cfg.train.steps)
+        skipped: list[str] = []
+        if loop.logger and "signum" not in stop:
+            metrics = lox.load(run / "metrics" / "run_0")
+            plot_losses(metrics, run / "loss.png", dataset.bytes_per_token)
+        elif loop.logger:
+            skipped.append("loss.png")
+        sample = ""
+        if write_sample and "signum" not in stop:
+            sample = sample_text(state.params, cfg, tokenizer=dataset.tokenizer)
+            write_text(run / "sample.txt", sample)
+        elif write_sample:
+            skipped.append("sample.txt")
+        if "signum" in stop:
+            raise TrainingInterrupted(stop["signum"], cfg.train.steps, tuple(skipped))
     return RunResult(run, cfg.train.steps, loop.loss, val, tps, mfu, sample)
 
 

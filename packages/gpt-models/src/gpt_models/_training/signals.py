@@ -1,5 +1,7 @@
 """SIGTERM/SIGINT during training: finish the step, save a checkpoint, then stop.
 
+A second signal while stopping says that the save is being waited for; it does not interrupt it.
+
 The handler only sets a flag; the loop reads it after each step, so a checkpoint never holds a
 half-applied update.
 """
@@ -7,6 +9,7 @@ half-applied update.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -26,9 +29,17 @@ class TrainingInterrupted(Exception):
         (15, 40, 'signal 15 at step 40')
     """
 
-    def __init__(self, signum: int, step: int):
+    def __init__(self, signum: int, step: int, skipped: tuple[str, ...] = ()):
         super().__init__(f"signal {signum} at step {step}")
         self.signum, self.step = signum, step
+        self.skipped = skipped  # what the end of a finished run left out (loss.png, sample.txt)
+
+
+_STILL_STOPPING = (
+    b"\ngpt: already stopping: the current step finishes and its checkpoint is saved first, so "
+    b"that the run can be resumed; waiting for that (kill -9 stops at once, the newest complete "
+    b"checkpoint stays intact).\n"
+)
 
 
 @contextlib.contextmanager
@@ -40,8 +51,12 @@ def stop_on_signals() -> Iterator[dict[str, int]]:
         return
 
     def handler(signum: int, frame: Any) -> None:
-        if "signum" in flag and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C stops right away
+        if "signum" in flag:
+            # A second Ctrl-C used to raise KeyboardInterrupt wherever the main thread was, often
+            # inside the checkpoint save: a traceback and no checkpoint. The save takes seconds;
+            # waiting for it keeps the run resumable. os.write: print() is not reentrant.
+            os.write(2, _STILL_STOPPING)
+            return
         flag["signum"] = signum
 
     # A signal the process was started ignoring stays ignored: a shell runs background jobs with
