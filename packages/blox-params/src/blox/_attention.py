@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, cast
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +26,9 @@ _PARAM_NAMES = ("query", "key", "value", "out", "query_bias", "key_bias", "value
 _CACHE_NAMES = ("cache_key", "cache_value", "cache_index")
 # Causal attention on CPU: query rows per block, and at most this many blocks (benchmarks/gpt/PROFILE.md).
 _CPU_BLOCK_ROWS, _CPU_MAX_BLOCKS = 64, 8
+# The attention cores `implementation=` picks from; `auto` resolves per backend (_implementation).
+IMPLEMENTATIONS = ("auto", "blocked", "xla", "cudnn")
+_Fused = Literal["xla", "cudnn"]  # those that go through jax.nn.dot_product_attention
 
 
 def _is_path(wanted: tuple[str, ...], path: tuple[str, ...], _: Any) -> bool:
@@ -94,6 +97,13 @@ class MultiHeadAttention(Module):
             the score and value products at long sequences. Default: on CPU, blocks of
             ``max(64, T / 8)`` rows (1.38x tokens/s for a GPT train step at context 256 on
             XLA:CPU); on other backends one block. Pass ``T`` (or more) for one block anywhere.
+        implementation: the attention core. ``blocked``: the pure-JAX softmax above (with
+            ``causal_block``); ``xla`` or ``cudnn``: ``jax.nn.dot_product_attention`` with that
+            implementation (``cudnn`` is the fused GPU kernel: GPU only, float16/bfloat16);
+            ``auto``: the measured best of the backend, ``blocked`` today everywhere (measured
+            on CPU; GPU figures pending, benchmarks/gpt/RESULTS-gpu.md). Every one takes the
+            same masks, causal alignment, grouped heads, RoPE, QK-norm and cache, and gives
+            the same outputs and gradients up to float rounding.
 
     Params: ``query (D, H, hd)``, ``key (Dkv, KVH, hd)``, ``value (Dkv, KVH, hd)``,
     ``out (H, hd, output_size)``; with ``qk_norm`` also ``query_norm/scale`` and
@@ -143,8 +153,16 @@ class MultiHeadAttention(Module):
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
         causal_block: int | None = None,
+        implementation: str = "auto",
     ) -> None:
         super().__init__(graph)
+        if implementation not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"{self.name}: implementation={implementation!r} is not an attention core; "
+                f"choose one of {list(IMPLEMENTATIONS)}."
+                f"{did_you_mean(str(implementation), IMPLEMENTATIONS)}"
+            )
+        self.implementation = implementation
         num_heads = positive_int(num_heads, "num_heads", self)
         self.causal_block = (
             None if causal_block is None else positive_int(causal_block, "causal_block", self)
@@ -347,6 +365,9 @@ class MultiHeadAttention(Module):
         blocks of query rows (``causal_block``), each over the keys up to its last row only: the
         skipped keys are the ones the causal mask would zero, so the result is the same.
         """
+        implementation = self._implementation()
+        if implementation != "blocked":
+            return self._attend_fused(q, k, v, mask, causal, cast(_Fused, implementation))
         T, S = q.shape[-3], k.shape[-3]
         groups = self.num_heads // self.num_kv_heads
         q, k, v = (jnp.moveaxis(a, -3, -2) for a in (q, k, v))  # (..., heads, T or S, hd)
@@ -380,6 +401,54 @@ class MultiHeadAttention(Module):
         if groups > 1:
             out = out.reshape(*out.shape[:-4], self.num_heads, T, self.head_dim)
         return jnp.moveaxis(out, -2, -3)
+
+    def _implementation(self) -> str:
+        """``implementation`` with ``auto`` resolved; ``cudnn`` refused off GPU, by its name."""
+        backend = jax.default_backend()
+        if self.implementation == "cudnn" and backend != "gpu":
+            raise ValueError(
+                f"{self.name}: implementation='cudnn' is NVIDIA's fused attention kernel, which "
+                f"runs on GPUs only; this computation runs on {backend!r}. Use "
+                "implementation='auto' (picks per backend), 'blocked' or 'xla'."
+            )
+        # `auto` is the measured best per backend: blocked on CPU (benchmarks/gpt/RESULTS.md,
+        # "Attention implementations"); no GPU/TPU figures yet, so blocked there too for now.
+        return "blocked" if self.implementation == "auto" else self.implementation
+
+    def _attend_fused(
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        mask: jax.Array | None,
+        causal: bool,
+        implementation: _Fused,
+    ) -> jax.Array:
+        """``_attend`` through ``jax.nn.dot_product_attention``, which wants one batch axis.
+
+        Its ``is_causal`` aligns query ``t`` with key ``t``; ours aligns the queries to the end
+        of the keys (decoding with a cache), so with ``T != S`` the causal part is a mask.
+        """
+        batch, (T, S) = q.shape[:-3], (q.shape[-3], k.shape[-3])
+        q, k, v = (a.reshape(-1, *a.shape[-3:]) for a in (q, k, v))  # (B, T or S, heads, hd)
+        full = None if mask is None else self._flat_mask(mask, batch)
+        is_causal = causal and T == S
+        if causal and T != S:
+            seen = jnp.arange(T)[:, None] + (S - T) >= jnp.arange(S)[None, :]
+            full = seen[None, None] if full is None else full & seen
+        out = jax.nn.dot_product_attention(
+            q, k, v, mask=full, is_causal=is_causal, implementation=implementation
+        )
+        return out.reshape(*batch, T, self.num_heads, self.head_dim)
+
+    def _flat_mask(self, mask: jax.Array, batch: tuple[int, ...]) -> jax.Array:
+        """``_mask``'s mask as the 4-D ``(B or 1, H or 1, T or 1, S or 1)`` JAX's kernel takes."""
+        if self.num_heads > self.num_kv_heads and mask.ndim >= 4:  # undo the grouped-heads split
+            mask = mask.reshape(*mask.shape[:-4], -1, *mask.shape[-2:])
+        mask = mask.reshape((1,) * (len(batch) + 3 - mask.ndim) + mask.shape)
+        if all(n == 1 for n in mask.shape[: len(batch)]):
+            return mask.reshape(1, *mask.shape[-3:])
+        return jnp.broadcast_to(mask, (*batch, *mask.shape[-3:])).reshape(-1, *mask.shape[-3:])
 
     def _block_rows(self, T: int, S: int) -> int:
         """Query rows per block of causal attention (``T``: one block)."""
