@@ -237,3 +237,28 @@ def test_a_run_tokenizer_other_than_the_stores_is_refused(tmp_path):
     other = BPETokenizer.train(["some other text entirely " * 20], vocab_size=270)
     with pytest.raises(DataError, match="not the one the token store .* was made with"):
         load_dataset(cfg, seq_len=8, vocab_size=320, tokenizer=other)
+
+
+def test_more_bad_input_is_named(tmp_path):
+    src = _jsonl(tmp_path / "a.jsonl", _docs(30))
+    with pytest.raises(DataError, match=r"--val-fraction 1.5 is outside \[0, 1\)"):
+        prepare([src], tmp_path / "st", val_fraction=1.5)
+    with pytest.raises(DataError, match="--tokenizer 'nope.json' is neither 'byte', 'bpe' nor"):
+        prepare([src], tmp_path / "st", tokenizer="nope.json")
+    (tmp_path / "bad.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad\.json is not a tokenizers JSON file"):
+        prepare([src], tmp_path / "st0", tokenizer=str(tmp_path / "bad.json"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "x.bin").write_bytes(b"\0")
+    with pytest.raises(DataError, match=r"empty holds no file gpt prepare reads"):
+        prepare([tmp_path / "empty"], tmp_path / "st1")
+    prepare([src], tmp_path / "st", shard_tokens=400)
+    manifest = json.loads((tmp_path / "st" / "manifest.json").read_text())
+    (tmp_path / "st" / "train-00000.bin").unlink()
+    with pytest.raises(DataError, match=r"Shard .*train-00000\.bin listed in .* is missing"):
+        load_dataset(DataConfig(path=str(tmp_path / "st")), seq_len=8, vocab_size=256)
+    (tmp_path / "st" / "manifest.json").write_text(json.dumps({**manifest, "version": 99}))
+    with pytest.raises(
+        DataError, match="has store format version 99; this gpt-models reads version 1"
+    ):
+        load_dataset(DataConfig(path=str(tmp_path / "st")), seq_len=8, vocab_size=256)
