@@ -36,6 +36,12 @@ def train_command(args: argparse.Namespace) -> int:
     from .._training.loop import train as run_training
     from .._training.signals import TrainingInterrupted
 
+    if args.auto_resume and (args.name is None or args.resume is not None):
+        raise UsageError(
+            "gpt train --auto-resume needs --name NAME (and no --resume): it continues "
+            "OUT/NAME if that run has checkpoints and starts it otherwise, so the same command "
+            "can be re-run after every preemption. Example: gpt train --auto-resume --name my-run."
+        )
     if args.dry_run:
         return _dry_run(args)
     if args.resume:
@@ -47,9 +53,15 @@ def train_command(args: argparse.Namespace) -> int:
     else:
         run = new_run_dir(args.out, args.name, args.config)
     cfg = _train_config(args)
+    resume = bool(args.resume)
+    if args.auto_resume:
+        from .auto_resume import auto_resume
+
+        cfg, resume, said = auto_resume(run, cfg)
+        print(said, file=sys.stderr)
     started = time.perf_counter()
     try:
-        result = run_training(cfg, run, resume=bool(args.resume))
+        result = run_training(cfg, run, resume=resume)
     except TrainingInterrupted as stop:
         if stop.skipped:  # after the last step: training is complete, its end was cut short
             print(

@@ -75,6 +75,10 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
                    help="start a new run from the weights of a run folder or a Hugging Face "
                         "folder (its architecture, a fresh optimizer, step 0); shorthand for "
                         "--set train.init_from=...")  # fmt: skip
+    p.add_argument("--auto-resume", action="store_true",
+                   help="with --name: continue OUT/NAME from its newest checkpoint if it has one "
+                        "(same config required), else start it; for job scripts re-run after "
+                        "preemption")  # fmt: skip
     p.add_argument("--dry-run", action="store_true",
                    help="compile the train step and print the plan (parameters, optimizer state, "
                         "memory per device, tokens per step, FLOPs per token); train nothing, "

@@ -171,14 +171,14 @@ def memory_budget(devices: list[Any]) -> Budget:
         mine = [d for d in devices if d.process_index == jax.process_index()]
         return Budget(free // max(len(mine), 1), f"host RAM available {size(free)}, shared by "
                       f"{len(mine)} CPU device(s)")  # fmt: skip
-    free = []
+    spare: list[int] = []
     for d in devices:
         stats = d.memory_stats() if d.process_index == jax.process_index() else None
         if stats and "bytes_limit" in stats:
-            free.append(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
-    if not free:
+            spare.append(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    if not spare:
         return Budget(None, "the devices report no memory_stats()")
-    return Budget(min(free), "device memory free (memory_stats)")
+    return Budget(min(spare), "device memory free (memory_stats)")
 
 
 def _mem_available() -> int | None:
