@@ -61,7 +61,7 @@ def train_command(args: argparse.Namespace) -> int:
         print(said, file=sys.stderr)
     started = time.perf_counter()
     try:
-        result = run_training(cfg, run, resume=resume)
+        result = run_training(cfg, run, resume=resume, profile=args.profile)
     except TrainingInterrupted as stop:
         if stop.skipped:  # after the last step: training is complete, its end was cut short
             print(

@@ -88,6 +88,10 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wandb", default=None, choices=("disabled", "offline", "online"),
                    help="shorthand for --set log.wandb=...; default disabled; "
                         "needs pip install 'gpt-models[wandb]'")  # fmt: skip
+    p.add_argument("--profile", default=None, type=_profile_range, metavar="START:STOP",
+                   help="record a JAX profiler trace of steps START+1..STOP (e.g. 2:5, after the "
+                        "first step has compiled) into RUN/profile, for TensorBoard's Profile tab "
+                        "or ui.perfetto.dev")  # fmt: skip
     p.add_argument("--coordinator", default=None, metavar="HOST:PORT",
                    help="multi-host: address of process 0 (or JAX_COORDINATOR_ADDRESS)")  # fmt: skip
     p.add_argument("--num-processes", type=int, default=None, help="multi-host: process count")
@@ -98,6 +102,20 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heartbeat-timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
                    help="multi-host: stop every process when one has not been heard from for "
                         "this long (a hung or lost peer); default 60")  # fmt: skip
+
+
+def _profile_range(text: str) -> tuple[int, int]:
+    start, sep, stop = text.partition(":")
+    try:
+        first, last = int(start), int(stop)
+    except ValueError:
+        first = last = -1
+    if not sep or first < 0 or last <= first:
+        raise argparse.ArgumentTypeError(
+            f"expected START:STOP, two step counts with 0 <= START < STOP (the steps after START "
+            f"have finished up to STOP are traced), got {text!r}; e.g. --profile 2:5"
+        )
+    return first, last
 
 
 def _positive_seconds(text: str) -> float:

@@ -28,6 +28,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
     "model.param_dtype": ("float32", "bfloat16"),
     "model.remat": ("none", "full", "dots"),
+    "model.attention": ("auto", "blocked", "xla", "cudnn"),
     "train.optimizer": ("adamw", "muon"),
     "log.wandb": ("disabled", "offline", "online"),
     "data.tokenizer": ("byte", "bpe"),
@@ -54,6 +55,9 @@ class ModelConfig:
         rope_theta: base wavelength of the rotary embedding.
         qk_norm: normalise queries and keys before attention (tolerates higher learning rates).
         logit_softcap: cap * tanh(logits / cap) on the output logits (0 = off).
+        attention: the attention core: auto (the measured best of the backend: blocked today),
+            blocked (pure JAX, causal blocks), xla or cudnn (jax.nn.dot_product_attention;
+            cudnn is the fused GPU kernel, GPU only with dtype float16/bfloat16).
         tie_embeddings: the output layer reuses the input embedding matrix.
         dtype: compute dtype; auto = bfloat16 on GPU/TPU, float32 on CPU.
         param_dtype: dtype the parameters are stored and updated in.
@@ -78,6 +82,7 @@ class ModelConfig:
     rope_theta: float = 10000.0
     qk_norm: bool = False
     logit_softcap: float = 0.0
+    attention: str = "auto"
     tie_embeddings: bool = True
     dtype: str = "auto"
     param_dtype: str = "float32"
@@ -198,11 +203,14 @@ class LogConfig:
         every: steps between console and metric updates.
         wandb: disabled, offline (files in the run folder) or online; needs gpt-models[wandb].
         wandb_project: the wandb project of the run.
+        tensorboard: also write TensorBoard event files to the run's tensorboard/ folder;
+            needs gpt-models[tensorboard].
     """
 
     every: int = 10
     wandb: str = "disabled"
     wandb_project: str = "gpt-models"
+    tensorboard: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -108,6 +108,7 @@ class Block(bx.Module):
             out_init=c.out_init,
             qk_norm=cfg.qk_norm,
             use_bias=cfg.bias,
+            implementation=cfg.attention,
             metadata={
                 "query": _axes("embed", "heads", "head_dim"),
                 "key": _axes("embed", "kv_heads", "head_dim"),

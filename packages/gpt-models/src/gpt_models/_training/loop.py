@@ -38,6 +38,7 @@ from .._errors import (
     TrainingDivergedError,
     UsageError,
 )
+from .._model.attention import check_attention
 from .._model.gpt import compute_dtype, flops_per_token
 from .._runs.checkpoint import Checkpointer
 from .._runs.diskfull import disk_full_message
@@ -46,10 +47,11 @@ from .._runs.lock import run_lock
 from .evaluate import Evaluator, sample_text
 from .host_memory import keep_host_memory
 from .init_from import check_init_from, init_state_from, source_model
-from .logging import check_wandb, make_logger
+from .logging import check_tensorboard, check_wandb, make_logger
 from .metrics_csv import write_metrics_csv
 from .mfu import peak_flops, unknown_peak_note
 from .preflight import Plan, check_fits, is_out_of_memory, out_of_memory_message, plan_step
+from .profiling import StepProfiler, check_profile_range
 from .progress import Progress, plot_losses
 from .signals import TrainingInterrupted, stop_on_signals
 from .step import (
@@ -88,6 +90,7 @@ def train(
     resume: bool = False,
     stream: TextIO | None = None,
     write_sample: bool = True,
+    profile: tuple[int, int] | None = None,
 ) -> RunResult:
     """Train ``cfg`` in ``run_dir`` (created; or continued from its last checkpoint with ``resume``).
 
@@ -101,10 +104,13 @@ def train(
         resume: continue from the newest readable checkpoint in ``run_dir/checkpoints``.
         stream: where the progress bar and messages go (default ``sys.stderr``).
         write_sample: generate ``sample.txt`` at the end.
+        profile: ``(start, stop)``: record a JAX profiler trace of steps ``start`` .. ``stop - 1``
+            (0-based) into ``run_dir/profile`` (``gpt train --profile START:STOP``).
 
     Raises:
         ConfigError, DataError: bad config, data, mesh or a missing wandb (the CLI exits with status 2).
-        UsageError: ``run_dir`` already holds checkpoints and ``resume`` is false.
+        UsageError: ``run_dir`` already holds checkpoints and ``resume`` is false, or ``profile``
+            is not a range of the run's steps.
         TrainingDivergedError: the loss became NaN/inf; the last good checkpoint is kept.
         TrainingInterrupted: SIGTERM/SIGINT; a checkpoint of the last finished step was saved first.
 
@@ -125,6 +131,7 @@ def train(
     """
     stream = stream or sys.stderr
     run = Path(run_dir)
+    check_profile_range(profile, cfg.train.steps)
     cfg, mesh, tokenizer, dataset, optimizer, abstract = _prepare(cfg, run, resume, stream)
     # Before anything is written: a step that cannot fit stops here, in seconds, with settings
     # that do (computed by compiling them); the compiled step is the one the loop runs.
@@ -142,7 +149,7 @@ def train(
         try:
             return _run_steps(
                 cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt,
-                plan.compiled,
+                plan.compiled, profile,
             )  # fmt: skip
         except Exception as err:
             typed = _typed_error(err, plan, run)
@@ -185,6 +192,8 @@ def _prepare(cfg: Config, run: Path, resume: bool, stream: TextIO) -> tuple[Any,
     if note and is_primary():
         print(f"note: {note}", file=stream)
     check_wandb(cfg)
+    check_tensorboard(cfg)
+    check_attention(cfg.model)
     mesh = make_mesh(cfg.mesh)
     _check_batch_fits(cfg, mesh)
     if cfg.train.init_from:  # the model keeps the source's vocabulary
@@ -297,7 +306,7 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abst
 
 def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: bool, mesh: Mesh,
            dataset: Dataset, optimizer: Any, abstract: Any, ckpt: Checkpointer,
-           step_fn: Any) -> RunResult:  # fmt: skip
+           step_fn: Any, profile: tuple[int, int] | None = None) -> RunResult:  # fmt: skip
     state, start = _restore_or_init(cfg, resume, optimizer, mesh, abstract, ckpt, stream)
     loop = _Loop(cfg, run, mesh, dataset, abstract, ckpt, start, stream, step_fn)
     # Only now that the launch is accepted (checkpoints restored, metrics opened): a refused or
@@ -305,6 +314,7 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
     if is_primary():
         save_tokenizer(dataset.tokenizer, run)
     write_text(run / "config.toml", dumps(cfg))
+    loop.profiler = StepProfiler(profile if is_primary() else None, run / "profile", loop.stream)
     loop.announce(state)
     # One handler from the first step to the sample: a signal after the last step (while the
     # final checkpoint, loss.png or the sample are written) skips what is left and says so,
@@ -385,6 +395,9 @@ class _Loop:
             every=cfg.log.every, stream=self.stream,
         )  # fmt: skip
         self.loss = self.val = math.nan
+        self.eval_seconds = 0.0  # of the last record(): kept out of the step-time split
+        # No range here: _run_steps sets one from `train(profile=...)`.
+        self.profiler = StepProfiler(None, run / "profile", self.stream)
 
     def announce(self, state: Any) -> None:
         n = sum(x.size for x in jax.tree.leaves(state.params))
@@ -408,13 +421,25 @@ class _Loop:
         return place_batch(local, self.mesh, MICRO_BATCH_AXES)
 
     def run(self, state: Any, stop: dict[str, int]) -> Any:
-        steps = self.cfg.train.steps
+        steps, times, clock = self.cfg.train.steps, self.progress.times, time.perf_counter
         batch = self.fetch(self.start) if self.start < steps else None
         for step in range(self.start, steps):
+            self.profiler.before(step)
+            t0 = clock()
             state, logs = self.step_fn(state, batch)
+            t1 = clock()
             if step + 1 < steps:
                 batch = self.fetch(step + 1)  # overlaps with the step running on the device
-            self.record(step, host_value(logs), state)
+            t2 = clock()
+            logs = host_value(logs)  # waits for the step
+            t3 = clock()
+            self.profiler.after(step)  # writing a trace out is no part of the split either
+            t4 = clock()
+            self.record(step, logs, state)
+            if step > self.start:  # the first step compiles: its times would swamp the split
+                times.add("compute", t1 - t0 + t3 - t2)
+                times.add("data", t2 - t1)
+                times.add("log", clock() - t4 - self.eval_seconds)
             if step == self.start:  # compiled and run once: from now on reuse its scratch memory
                 keep_host_memory()
             if "signum" in stop:
@@ -433,8 +458,11 @@ class _Loop:
             self.ckpt.wait()  # the last good checkpoint is complete before we report it
             raise TrainingDivergedError(_diverged_message(self.cfg, step, self.loss, self.ckpt))
         extra = {}
+        self.eval_seconds = 0.0
         if done % t.eval_every == 0 or done == t.steps:
+            started = time.perf_counter()
             self.val = self.progress.val = self.evaluate(state.params)
+            self.eval_seconds = time.perf_counter() - started
             extra["val_loss"] = np.array([self.val], np.float32)
             extra |= {k: np.array([v], np.float32) for k, v in self.tasks(state.params).items()}
         if done % self.cfg.log.every == 0 or extra:
@@ -455,6 +483,7 @@ class _Loop:
 
     def close(self) -> None:
         """Runs on success, NaN and signals alike: pending writes finish, metrics are flushed."""
+        self.profiler.stop()
         self.progress.close()
         self.ckpt.wait()
         if self.logger:

@@ -1,4 +1,4 @@
-"""Console progress (loss, tokens/s, MFU, ETA) and the loss plot.
+"""Console progress (loss, tokens/s, MFU, step-time split, ETA) and the loss plot.
 
 MFU (model FLOPs utilisation) = ``flops_per_token * tokens_per_second / peak``, where
 ``flops_per_token = 6 * N_matmul + 12 * n_layers * d_model * seq_len`` (see
@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
+
+from .profiling import StepTimes
 
 
 def _duration(seconds: float) -> str:
@@ -41,6 +43,7 @@ class Progress:
         self.timer_steps = 0
         self.val: float | None = None
         self.last_print = -1
+        self.times = StepTimes()  # filled by the loop; shown as the step-time split
 
     def tick(self, step: int) -> None:
         """Call after step ``step`` finished; the first step (compilation) is not timed."""
@@ -66,9 +69,11 @@ class Progress:
         eta = (self.total - step) * self.tokens_per_step / tps if tps else 0.0
         val = f" | val {self.val:.3f} nats/byte" if self.val is not None else ""
         shown_mfu = f" | MFU {100 * mfu:.1f}%" if self.peak else ""
+        split = self.times.text()
         return (
             f"step {step:>{len(str(self.total))}}/{self.total} [{bar}] loss {loss:.3f}{val} | "
-            f"{tps / 1e3:.1f}k tok/s{shown_mfu} | ETA {_duration(eta)}"
+            f"{tps / 1e3:.1f}k tok/s{shown_mfu}{f' | {split}' if split else ''} | "
+            f"ETA {_duration(eta)}"
         )
 
     def update(self, step: int, loss: float, *, force: bool = False) -> None:
