@@ -143,7 +143,7 @@ def _memory_line(mem: StepMemory | None) -> str:
 
 
 def parse_size(text: str) -> int:
-    """``"2GiB"``, ``"500MB"`` or ``"1e9"`` in bytes.
+    """``"2GiB"``, ``"500MB"`` or ``"4096"`` (bytes) as a number of bytes.
 
     Example:
         >>> parse_size("2GiB"), parse_size("500 MB"), parse_size("4096")
