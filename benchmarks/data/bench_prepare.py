@@ -5,11 +5,14 @@ and a kill -9 + re-run that must give the same store as an uninterrupted run.
     python benchmarks/data/make_corpus.py --gb 0.3 --out /tmp/corpus-b
     python benchmarks/data/bench_prepare.py --tokenizer /tmp/tok.json /tmp/corpus-a /tmp/corpus-b
 
-Each ``gpt prepare`` runs as a child process (its peak RSS from ``getrusage``); the baseline is the
-`tokenizers` library's ``encode_batch_fast`` on the first --raw-mb of the same documents, already in
-memory, timed in a child process of the same run right after. The kill test runs on the first
-corpus: prepare is killed with SIGKILL halfway (by the uninterrupted run's wall time), re-run, and
-its manifest's tokens and shard sha256s are compared with the uninterrupted store's.
+Each prepare runs in a child process: ``gpt_models.prepare`` timed inside it (so without the
+import of gpt_models and JAX), its peak RSS from ``getrusage``. The baseline is the `tokenizers`
+library's ``encode_batch_fast`` on the same documents in batches of 512 (read and JSON-parsed
+outside the timed calls: only the encoder's own time counts), in a child process of the same run
+right after. A re-run with the ``gpt prepare`` CLI then verifies the store and does nothing. The
+kill test uses the CLI on the first corpus: killed with SIGKILL halfway (by the uninterrupted
+run's process time), re-run, and its manifest's tokens and shard sha256s compared with the
+uninterrupted store's.
 """
 
 from __future__ import annotations
@@ -61,17 +64,24 @@ print(json.dumps({"tokens": ntok, "seconds": dt, "mb": n / 1e6}))
 
 
 PEAK = (
-    "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
-    "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
-    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    "import json, resource, subprocess, sys; "
+    "out = subprocess.run(sys.argv[1:], check=True, capture_output=True, text=True).stdout; "
+    "print(json.dumps([resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, out]))"
+)
+# gpt_models.prepare timed inside the process: the work, without the ~5-25 s of importing
+# gpt_models (JAX included) that a `gpt prepare` process also spends on this machine.
+TIMED = (
+    "import sys, time; from gpt_models import prepare; t = time.perf_counter(); "
+    "prepare([sys.argv[1]], sys.argv[2], tokenizer=sys.argv[3]); print(time.perf_counter() - t)"
 )
 
 
-def _child(cmd: list[str]) -> tuple[float, float]:
-    """Run ``cmd`` under a fresh parent: its wall seconds and peak RSS (MB)."""
+def _child(cmd: list[str]) -> tuple[float, float, str]:
+    """Run ``cmd`` under a fresh parent: its wall seconds, peak RSS (MB) and stdout."""
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", PEAK, *cmd], check=True, capture_output=True)
-    return time.perf_counter() - t, int(out.stdout) / 1e3
+    rss, stdout = json.loads(out.stdout)
+    return time.perf_counter() - t, rss / 1e3, stdout
 
 
 def _prepare(corpus: str, out: Path, tok: str) -> list[str]:
@@ -94,7 +104,8 @@ def main() -> None:
     for corpus in args.corpora:
         store = work / (Path(corpus).name + "-store")
         shutil.rmtree(store, ignore_errors=True)
-        wall, rss = _child(_prepare(corpus, store, args.tokenizer))
+        cmd = [sys.executable, "-c", TIMED, corpus, str(store), args.tokenizer]
+        wall, rss, inner = _child(cmd)
         m = json.loads((store / "manifest.json").read_text())
         tokens = m["tokens"]["train"] + m["tokens"]["val"]
         raw = json.loads(
@@ -105,14 +116,16 @@ def main() -> None:
         )  # fmt: skip
         raw_rate = raw["tokens"] / raw["seconds"]
         rows.append({
-            "corpus": corpus, "gb": _bytes(corpus) / 1e9, "wall_s": wall, "tokens": tokens,
-            "tokens_per_s": tokens / wall, "raw_tokens_per_s": raw_rate,
-            "ratio": tokens / wall / raw_rate, "peak_rss_mb": rss,
+            "corpus": corpus, "gb": _bytes(corpus) / 1e9, "process_wall_s": wall,
+            "prepare_s": float(inner), "tokens": tokens, "tokens_per_s": tokens / float(inner),
+            "raw_tokens_per_s": raw_rate, "ratio": tokens / float(inner) / raw_rate,
+            "peak_rss_mb": rss,
         })  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
         t = time.perf_counter()
         subprocess.run(_prepare(corpus, store, args.tokenizer), check=True, capture_output=True)
-        print(json.dumps({"corpus": corpus, "rerun_verify_s": time.perf_counter() - t}), flush=True)
+        rerun = time.perf_counter() - t
+        print(json.dumps({"corpus": corpus, "cli_rerun_verify_s": rerun}), flush=True)
     # kill -9 halfway through the first corpus, then re-run
     corpus, first = args.corpora[0], rows[0]
     whole = json.loads((work / (Path(corpus).name + "-store") / "manifest.json").read_text())
@@ -123,7 +136,7 @@ def main() -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    time.sleep(first["wall_s"] / 2)
+    time.sleep(first["process_wall_s"] / 2)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     left = sorted(p.name for p in killed.iterdir())
@@ -131,7 +144,7 @@ def main() -> None:
     subprocess.run(_prepare(corpus, killed, args.tokenizer), check=True, capture_output=True)
     again = json.loads((killed / "manifest.json").read_text())
     print(json.dumps({
-        "kill9_after_s": first["wall_s"] / 2, "files_after_kill": left,
+        "kill9_after_s": first["process_wall_s"] / 2, "files_after_kill": left,
         "manifest_after_kill": "manifest.json" in left, "rerun_s": time.perf_counter() - t,
         "tokens_equal": again["tokens"] == whole["tokens"],
         "shards_equal": again["shards"] == whole["shards"],
