@@ -196,3 +196,59 @@ def test_sample_with_a_prompt_longer_than_the_context(finished_run, capsys):
     err = _refused(capsys, ["sample", "--run", str(finished_run), "--prompt", "x" * 100],
                    "100 tokens long", "model.seq_len) is 32", "at most 31")  # fmt: skip
     assert "max_new_tokens" not in err
+
+
+# --- damaged checkpoints: never loaded, the previous one used, resumed over cleanly ---------------
+
+
+def _swap_step(run: Path, newer: int, older: int) -> None:
+    # Files orbax decodes without complaint that hold other values: only the digest notices.
+    for item in ("params", "train"):
+        shutil.rmtree(run / "checkpoints" / str(newer) / item)
+        shutil.copytree(run / "checkpoints" / str(older) / item,
+                        run / "checkpoints" / str(newer) / item)  # fmt: skip
+
+
+def _truncate_step(run: Path, step: int) -> None:
+    for f in (run / "checkpoints" / str(step)).rglob("*"):
+        if f.is_file() and f.stat().st_size > 64:
+            f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+
+
+def test_eval_never_loads_a_checkpoint_changed_on_disk(run_copy, capsys):
+    _swap_step(run_copy, 2, 1)
+    assert main(["eval", "--run", str(run_copy)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("val_loss ")
+    assert "gpt: warning: Checkpoint step 2 " in err and "DigestMismatch: array params" in err, err
+    assert "changed or damaged on disk" in err and "Traceback" not in err
+
+
+def test_resume_after_a_damaged_newer_checkpoint_saves_that_step_again(run_copy, capsys):
+    _swap_step(run_copy, 2, 1)
+    code = main(["train", "--resume", str(run_copy), "--set", "train.steps=3"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "gpt: warning: Checkpoint step 2 " in err, err
+    assert "removed the damaged checkpoint step(s) [2]" in err
+    assert "Resumed from checkpoint step 1" in err
+    steps = sorted(int(p.name) for p in (run_copy / "checkpoints").iterdir() if p.name.isdigit())
+    assert steps == [1, 2, 3]
+
+
+def test_sample_with_a_truncated_newest_checkpoint_says_one_thing(run_copy, capsys):
+    _truncate_step(run_copy, 2)
+    assert main(["sample", "--run", str(run_copy), "--prompt", "a"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("gpt: warning: Checkpoint step 2 ") and len(err.splitlines()) == 1, err
+    assert "restore-errors.log" in err and "Event loop is closed" not in err, err
+    assert "Traceback" in (run_copy / "checkpoints" / "restore-errors.log").read_text()
+
+
+def test_every_checkpoint_truncated_is_one_message(run_copy, capsys):
+    for step in (1, 2):
+        _truncate_step(run_copy, step)
+    err = _refused(
+        capsys, ["eval", "--run", str(run_copy)], "could be restored", "step 1", "step 2"
+    )
+    assert len(err.splitlines()) < 10 and "restore-errors.log" in err, err

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 
 from .hf import export_parser, import_parser
@@ -180,6 +181,14 @@ def _config_parser(p: argparse.ArgumentParser) -> None:
                       help="show the config of a run folder (its config.toml, plus --set)")  # fmt: skip
 
 
+def _show_warning(
+    message: Warning | str, category: type[Warning], *args: object, **kw: object
+) -> None:
+    # One line in the CLI's own voice: the source line Python shows with a warning is ours, not the
+    # user's, and says nothing to them.
+    print(f"gpt: warning: {message}", file=sys.stderr)
+
+
 def _usage_error(message: str) -> int:
     print(f"gpt: error: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -221,7 +230,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "export": export_command,
     }[args.command]
     try:
-        return command(args)
+        with warnings.catch_warnings():
+            # Our own warnings (a damaged checkpoint skipped) are messages to the user here.
+            warnings.filterwarnings("always", category=UserWarning, module=r"gpt_models\.")
+            warnings.showwarning = _show_warning
+            return command(args)
     except UsageError as err:
         return _usage_error(str(err))
     except TrainingDivergedError as err:

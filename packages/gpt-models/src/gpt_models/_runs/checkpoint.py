@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
+import traceback
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,7 +64,8 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True
         )
-        self._manager = _open_manager(self.directory, options)
+        with _Captured():  # orbax logs each damaged step it lists; restore() reports them once
+            self._manager = _open_manager(self.directory, options)
         self.skipped: list[int] = []  # steps the last restore could not read
         self._digests = True
         self._digest_thread: threading.Thread | None = None
@@ -141,6 +144,12 @@ class Checkpointer:
         """
         _check_item_names(targets)
         self.skipped = []
+        with _Captured() as self._details:
+            return self._restore(targets, step)
+
+    def _restore(
+        self, targets: Mapping[str, Any], step: int | None
+    ) -> tuple[dict[str, Any], dict[str, Any], int]:
         errors: dict[int, str] = {}
         # The run may still be training and deleting old steps (keep-N). Each try reads a view of
         # hard links that those deletions cannot change; a step deleted while the view was made
@@ -177,6 +186,7 @@ class Checkpointer:
             f"No checkpoint in {self.directory} could be restored:\n  "
             + "\n  ".join(errors.values())
             + "\nThe files may be damaged or from a different model config."
+            + (f" Details: {log}" if (log := self.directory / ERRORS_LOG).is_file() else "")
         )
 
     def _try_newest(
@@ -199,13 +209,14 @@ class Checkpointer:
                     return _ROTATED
                 errors[s] = f"step {s}: {type(err).__name__}: {str(err)[:300]}"
                 self.skipped = sorted(errors)
+                logged = self._details.write(self.directory / ERRORS_LOG, s, err)
                 if s != candidates[-1]:
                     warnings.warn(
                         f"Checkpoint step {s} in {self.directory} could not be restored "
                         f"({type(err).__name__}: {str(err)[:200]}); falling back to the "
-                        "previous one.",
+                        f"previous one.{logged}",
                         CheckpointWarning,
-                        stacklevel=3,
+                        stacklevel=4,
                     )
             else:
                 return got
@@ -236,6 +247,47 @@ def _open_manager(directory: Path, options: ocp.CheckpointManagerOptions) -> ocp
         except FileNotFoundError:
             continue
     return ocp.CheckpointManager(directory, options=options)
+
+
+ERRORS_LOG = "restore-errors.log"
+
+
+class _Captured(logging.Filter):
+    """Orbax's log lines while a restore runs: kept for the log file, not printed.
+
+    A damaged step makes orbax and tensorstore log errors (and their background threads whole
+    tracebacks) before the exception reaches us; printed, they buried the one message that says
+    which step was skipped. They go to ``checkpoints/restore-errors.log`` with the exception.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.lines.append(logging.Formatter("%(levelname)s %(name)s: %(message)s").format(record))
+        return False
+
+    def __enter__(self) -> _Captured:
+        logging.getLogger("absl").addFilter(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger("absl").removeFilter(self)
+
+    def write(self, path: Path, step: int, err: BaseException) -> str:
+        """Append the details of ``step``'s failure to ``path``; a note naming it, or ""."""
+        text = "".join(traceback.format_exception(err))
+        lines, self.lines = self.lines, []
+        try:
+            if path.is_symlink():
+                return ""
+            with path.open("a", encoding="utf-8") as f:
+                f.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} step {step}\n")
+                f.write("".join(line + "\n" for line in lines) + text)
+        except OSError:  # a read-only run folder: the warning is all there is
+            return ""
+        return f" Details: {path}"
 
 
 class _ReadOnlyNotices(logging.Filter):
