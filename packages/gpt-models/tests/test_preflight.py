@@ -107,3 +107,24 @@ def test_only_a_real_file_write_is_a_full_disk(tmp_path):
     full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "f"))
     assert disk_full_message(full, tmp_path).startswith(f"The disk is full: writing {tmp_path}/f")
     assert issubclass(DiskFullError, OSError)
+
+
+def test_a_full_disk_is_disk_full_error_and_exit_4(tmp_path, small_args, monkeypatch, capsys):
+    from gpt_models._training import loop
+
+    target = tmp_path / "run" / "metrics" / "chunk.npz"
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    real = loop.plan_step
+
+    def plan_then_fill(*args, **kwargs):
+        plan = real(*args, **kwargs)
+        plan.compiled = full
+        return plan
+
+    monkeypatch.setattr(loop, "plan_step", plan_then_fill)
+    assert main(["train", "--out", str(tmp_path), "--name", "run", *small_args]) == 4
+    err = capsys.readouterr().err
+    assert f"gpt: error: The disk is full: writing {target}" in err and "Traceback" not in err
