@@ -79,16 +79,11 @@ class _Encoder:
 
         return hashlib.sha256((self.json or "byte").encode()).hexdigest()
 
-    def encode(self, texts: list[str]) -> list[Any]:
-        """The tokenizer's own output (the batch encoder releases the GIL while it runs)."""
+    def encode(self, texts: list[str]) -> list[np.ndarray]:
         if self.tok is None:
-            return [t.encode("utf-8", errors="replace") for t in texts]
-        return list(self.tok.encode_batch_fast(texts, add_special_tokens=False))
-
-    def arrays(self, encoded: list[Any]) -> list[np.ndarray]:
-        if self.tok is None:
-            return [np.frombuffer(b, np.uint8) for b in encoded]
-        return [np.array(e.ids, np.uint32) for e in encoded]
+            return [np.frombuffer(t.encode("utf-8", errors="replace"), np.uint8) for t in texts]
+        encs = self.tok.encode_batch_fast(texts, add_special_tokens=False)
+        return [np.array(e.ids, np.uint32) for e in encs]
 
 
 def prepare(
@@ -312,15 +307,13 @@ def _run(
     meter = _Meter(
         progress, sum(s.size for s in sources), sum(s.size for s in sources[: state["source"]])
     )
-    # Three stages in flight: read + parse, encode (every core), ids to arrays + write (here).
-    encoded = (
-        (i, docs, done, enc.encode([d.text for d in docs]))
-        for i, docs, done in _threaded(_chunks(sources, state, text_field))
-    )
-    for i, docs, done, raw in _threaded(encoded, depth=1):
+    # Reading and JSON parsing run ahead in a thread; encoding (every core) and writing here. A
+    # third stage (encoding in its own thread) measured no faster on 2 cores and peaked at 401 MB
+    # instead of 311 MB (benchmarks/data/RESULTS.md).
+    for i, docs, done in _threaded(_chunks(sources, state, text_field)):
         while len(stats) <= i:
             stats.append({"documents": 0, "undecodable": 0, "val_documents": 0})
-        ids = enc.arrays(raw)
+        ids = enc.encode([d.text for d in docs])
         parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
         eot = np.array([enc.eot_id], np.uint32)
         for doc, doc_ids in zip(docs, ids, strict=True):
