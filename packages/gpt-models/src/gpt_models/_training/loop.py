@@ -131,6 +131,10 @@ def train(
     """
     stream = stream or sys.stderr
     run = Path(run_dir)
+    if is_primary():  # first: a folder we may not write into is refused before minutes of compiling
+        check_run_target(run, resume=resume)
+        if resume:
+            _check_metrics(run)
     check_profile_range(profile, cfg.train.steps)
     cfg, mesh, tokenizer, dataset, optimizer, abstract = _prepare(cfg, run, resume, stream)
     # Before anything is written: a step that cannot fit stops here, in seconds, with settings
@@ -138,9 +142,6 @@ def train(
     plan = plan_step(cfg, optimizer, mesh, abstract)
     check_fits(plan)
     if is_primary():
-        check_run_target(run, resume=resume)
-        if resume:
-            _check_metrics(run)
         run.mkdir(parents=True, exist_ok=True)
     # Held until training ends, and taken before looking for checkpoints, so that of two launches
     # into one run folder only one gets past this line (process 0 writes the folder for all).
