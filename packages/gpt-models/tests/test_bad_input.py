@@ -252,3 +252,12 @@ def test_every_checkpoint_truncated_is_one_message(run_copy, capsys):
         capsys, ["eval", "--run", str(run_copy)], "could be restored", "step 1", "step 2"
     )
     assert len(err.splitlines()) < 10 and "restore-errors.log" in err, err
+
+
+def test_process_id_out_of_range_from_the_environment_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "localhost:1234")
+    monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
+    monkeypatch.setenv("JAX_PROCESS_ID", "5")
+    _refused(capsys, ["train", "--out", str(tmp_path)], "--process-id 5: expected 0 to 1")
+    monkeypatch.setenv("JAX_PROCESS_ID", "one")
+    _refused(capsys, ["train", "--out", str(tmp_path)], "JAX_PROCESS_ID='one' is not a whole")

@@ -237,8 +237,9 @@ def _check_distributed_flags(args: argparse.Namespace) -> None:
                 f"1 to 65535, e.g. --coordinator {address.rstrip(':') if not sep else host}:1234 "
                 "(the address of process 0, the same on every process)."
             )
-    n, i = args.num_processes, args.process_id
-    if (n is not None or i is not None) and address is None:
+    n = _count("--num-processes", args.num_processes, "JAX_NUM_PROCESSES")
+    i = _count("--process-id", args.process_id, "JAX_PROCESS_ID")
+    if (args.num_processes is not None or args.process_id is not None) and address is None:
         raise UsageError(
             "gpt train --num-processes/--process-id need --coordinator HOST:PORT (the address of "
             "process 0, or JAX_COORDINATOR_ADDRESS): without it the processes cannot find each "
@@ -252,6 +253,22 @@ def _check_distributed_flags(args: argparse.Namespace) -> None:
             f"gpt train --process-id {i}: expected {top} (each of the --num-processes {n} "
             "processes gets a distinct id; process 0 hosts the coordinator)."
         )
+
+
+def _count(flag: str, value: int | None, env: str) -> int | None:
+    # The flag, else the environment variable that paramspec.initialize_distributed would read.
+    if value is not None:
+        return value
+    text = os.environ.get(env)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(
+            f"gpt train: {env}={text!r} is not a whole number. Set it to the value {flag} would "
+            f"take, or unset it and pass {flag}."
+        ) from None
 
 
 def _maybe_distributed(args: argparse.Namespace) -> None:
