@@ -5,9 +5,9 @@ and the batch), its outputs (the new state, written over the donated old one: th
 are counted once) and its temporaries (every intermediate value of the step). Their sum is what the
 step needs on each device. It is compared with what each device has: the free part of
 ``memory_stats()["bytes_limit"]`` on GPU/TPU, and ``MemAvailable`` of ``/proc/meminfo`` shared by
-the local CPU devices on CPU (the memory the process already holds, JAX's runtime included, is
-not available, so it is not counted twice). ``GPT_MEMORY_BUDGET`` (e.g. ``2GiB``) replaces the
-measured amount per device.
+the local CPU devices on CPU, 90% of either (the memory the process already holds, JAX's runtime
+included, is not available, so it is not counted twice). ``GPT_MEMORY_BUDGET`` (e.g. ``2GiB``)
+replaces the measured amount per device, all of it counted.
 
 On CPU the estimate adds one more temporary buffer and one more copy of the state: the host
 allocator keeps the freed scratch block of a step for the next one (``host_memory.py``), which in
@@ -44,6 +44,10 @@ BUDGET_ENV = "GPT_MEMORY_BUDGET"
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+# Of the memory the devices report free, the share a plan may take: the rest is room for what the
+# estimate leaves out (the evaluation step, the host's other processes growing meanwhile). A plan
+# measured exactly at the available memory would otherwise be suggested as fitting.
+_HEADROOM = 0.9
 _OOM = re.compile(r"out of memory|RESOURCE_EXHAUSTED: .*allocat", re.IGNORECASE)
 
 
@@ -169,8 +173,8 @@ def memory_budget(devices: list[Any]) -> Budget:
         if free is None:
             return Budget(None, "host RAM unknown: no /proc/meminfo")
         mine = [d for d in devices if d.process_index == jax.process_index()]
-        return Budget(free // max(len(mine), 1), f"host RAM available {size(free)}, shared by "
-                      f"{len(mine)} CPU device(s)")  # fmt: skip
+        return Budget(int(free * _HEADROOM) // max(len(mine), 1), f"{_HEADROOM:.0%} of the "
+                      f"{size(free)} host RAM available, shared by {len(mine)} CPU device(s)")  # fmt: skip
     spare: list[int] = []
     for d in devices:
         stats = d.memory_stats() if d.process_index == jax.process_index() else None
@@ -178,7 +182,8 @@ def memory_budget(devices: list[Any]) -> Budget:
             spare.append(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
     if not spare:
         return Budget(None, "the devices report no memory_stats()")
-    return Budget(min(spare), "device memory free (memory_stats)")
+    return Budget(int(min(spare) * _HEADROOM), f"{_HEADROOM:.0%} of the device memory free "
+                  "(memory_stats)")  # fmt: skip
 
 
 def _mem_available() -> int | None:
