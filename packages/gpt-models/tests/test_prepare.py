@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import gzip
+import io
 import json
 import os
 from pathlib import Path
@@ -262,3 +263,21 @@ def test_more_bad_input_is_named(tmp_path):
         DataError, match="has store format version 99; this gpt-models reads version 1"
     ):
         load_dataset(DataConfig(path=str(tmp_path / "st")), seq_len=8, vocab_size=256)
+
+
+def test_gpt_train_on_a_bpe_store_uses_its_tokenizer(tmp_path, make_config):
+    from gpt_models import train
+
+    src = _jsonl(tmp_path / "a.jsonl", _docs(300))
+    prepare([src], tmp_path / "st", tokenizer="bpe", bpe_vocab_size=300, val_fraction=0.1)
+    cfg = make_config(
+        data={"path": str(tmp_path / "st"), "tokenizer": "bpe"},
+        train={"steps": 2, "eval_every": 2},
+        mesh={"data": -1},
+    )
+    assert train(cfg, tmp_path / "run", stream=io.StringIO(), write_sample=False).step == 2
+    assert (tmp_path / "run" / "tokenizer.json").read_text() == (
+        tmp_path / "st" / "tokenizer.json"
+    ).read_text()
+    # the model's vocabulary follows the store's tokenizer (<= 301 ids with <|endoftext|>), rounded up
+    assert "vocab_size = 320" in (tmp_path / "run" / "config.toml").read_text()
