@@ -166,3 +166,17 @@ def test_a_bad_train_eval_tasks_file_fails_before_the_run_folder(trained, tmp_pa
     with pytest.raises(DataError, match=r"train.eval_tasks: Task file .*no.jsonl does not exist"):
         train(cfg, tmp_path / "run", stream=io.StringIO())
     assert not (tmp_path / "run").exists()
+
+
+def test_two_train_eval_tasks_with_one_name_are_refused(trained, tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / MC.name).write_text(MC.read_text())
+    cfg = trained[1]
+    cfg = dataclasses.replace(
+        cfg,
+        train=dataclasses.replace(cfg.train, eval_tasks=f"{MC},{tmp_path}/x/{MC.name}"),
+        mesh=dataclasses.replace(cfg.mesh, data=-1),
+    )
+    with pytest.raises(DataError, match="names two files called 'synthetic_mc'; their metrics"):
+        train(cfg, tmp_path / "run", stream=io.StringIO())
+    assert not (tmp_path / "run").exists()

@@ -285,6 +285,12 @@ class TaskEvals:
                 self.tasks.append(prepare_task(path, cfg, tokenizer=tokenizer))
             except DataError as err:
                 raise DataError(f"train.eval_tasks: {err}") from err
+        names = [t.name for t in self.tasks]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise DataError(
+                f"train.eval_tasks = {cfg.train.eval_tasks!r} names two files called {twice[0]!r}; "
+                f"their metrics (eval/{twice[0]}/acc) would be mixed. Rename one of them."
+            )
 
     def __call__(self, params: Any) -> dict[str, float]:
         out: dict[str, float] = {}
