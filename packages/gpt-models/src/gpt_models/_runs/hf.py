@@ -123,8 +123,8 @@ class _Tensors:
             padded = np.zeros((max(rows, shape[0]), *shape[1:]), dtype) if rows and shape else None
             out = padded[: shape[0]] if padded is not None else np.empty(shape, dtype)
             with open(path, "rb") as f:
-                got = os.preadv(f.fileno(), [memoryview(out.reshape(-1).view(np.uint8))],
-                                start + begin)  # fmt: skip
+                buffer: Any = out.reshape(-1).view(np.uint8)
+                got = os.preadv(f.fileno(), [memoryview(buffer)], start + begin)
             if got != end - begin or out.nbytes != end - begin:
                 raise ValueError(f"read {got} of {end - begin} bytes")
             return padded if padded is not None else out
@@ -492,6 +492,7 @@ def _stream(
                 stacked = np.empty((m.n_layers, *layer.shape), layer.dtype)
             stacked[i] = layer
             del layer
+        assert stacked is not None  # n_layers >= 1 (checked by Config)
         yield entry, stacked
         del stacked
 
