@@ -36,12 +36,6 @@ def train_command(args: argparse.Namespace) -> int:
     from .._training.loop import train as run_training
     from .._training.signals import TrainingInterrupted
 
-    if args.auto_resume and (args.name is None or args.resume is not None):
-        raise UsageError(
-            "gpt train --auto-resume needs --name NAME (and no --resume): it continues "
-            "OUT/NAME if that run has checkpoints and starts it otherwise, so the same command "
-            "can be re-run after every preemption. Example: gpt train --auto-resume --name my-run."
-        )
     if args.dry_run:
         return _dry_run(args)
     if args.resume:
@@ -204,6 +198,12 @@ def _check_train_flags(args: argparse.Namespace) -> None:
                 f"gpt train {flag} '' is empty. Pass a value (e.g. {flag} "
                 f"{_FLAG_EXAMPLES[flag]}), or leave the flag out."
             )
+    if args.auto_resume and (args.name is None or args.resume is not None):
+        raise UsageError(
+            "gpt train --auto-resume needs --name NAME (and no --resume): it continues "
+            "OUT/NAME if that run has checkpoints and starts it otherwise, so the same command "
+            "can be re-run after every preemption. Example: gpt train --auto-resume --name my-run."
+        )
     if args.resume is not None and args.name is not None:
         raise UsageError(
             f"gpt train got --resume {args.resume} and --name {args.name}: --resume continues "
