@@ -338,14 +338,21 @@ def test_disk_full_during_checkpoint_keeps_the_run_resumable(small_tmpfs):
 # A filesystem shim: every write under metrics/ fails with ENOSPC once ``FULL_AFTER`` have worked.
 METRICS_SHIM = """
 import builtins, errno, os, sys
-real_open, count = builtins.open, [0]
-def full_open(file, mode="r", *args, **kwargs):
-    if "w" in mode and "/metrics/" in str(file):
+real_open, real_os_open, count = builtins.open, os.open, [0]
+def _full(file):
+    if "/metrics/" in str(file):
         count[0] += 1
         if count[0] > int(os.environ["FULL_AFTER"]):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file))
+def full_open(file, mode="r", *args, **kwargs):
+    if "w" in mode or "a" in mode:
+        _full(file)
     return real_open(file, mode, *args, **kwargs)
-builtins.open = full_open
+def full_os_open(path, flags, *args, **kwargs):
+    if flags & (os.O_WRONLY | os.O_RDWR):  # lox writes through os.open (no symlinks followed)
+        _full(path)
+    return real_os_open(path, flags, *args, **kwargs)
+builtins.open, os.open = full_open, full_os_open
 from gpt_models import main
 sys.exit(main(sys.argv[1:]))
 """
