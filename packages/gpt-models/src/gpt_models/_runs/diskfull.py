@@ -20,7 +20,8 @@ _QUOTED_PATH = re.compile(r'"(/[^"]+)"')
 _SHORT_BYTES = 256 * 2**20
 
 
-def _chain(err: BaseException) -> list[BaseException]:
+def error_chain(err: BaseException) -> list[BaseException]:
+    """``err`` and every error it was raised from or during (causes and contexts), each once."""
     seen: list[BaseException] = []
     todo: list[BaseException | None] = [err]
     while todo:
@@ -35,7 +36,7 @@ def _chain(err: BaseException) -> list[BaseException]:
 def _full_path(err: BaseException) -> tuple[bool, str | None]:
     """(is this a full disk, the file being written if one of the errors names it)."""
     full, paths = False, []
-    for e in _chain(err):
+    for e in error_chain(err):
         if isinstance(e, OSError) and e.errno in _FULL:
             full = True
             paths.append(e.filename)

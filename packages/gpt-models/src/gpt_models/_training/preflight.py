@@ -38,6 +38,7 @@ from .._config.schema import Config
 from .._distributed.mesh import MICRO_BATCH_AXES, batch_sharding
 from .._errors import ConfigError, OutOfMemoryError
 from .._model.gpt import flops_per_token
+from .._runs.diskfull import error_chain
 from .step import TrainState, abstract_state, compile_train_step
 
 BUDGET_ENV = "GPT_MEMORY_BUDGET"
@@ -380,14 +381,4 @@ def _fewest_accum(plan: Plan, budget: int, accums: list[int], remat: str,
 
 def is_out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` (or an error it was raised from) is XLA running out of memory."""
-    seen: list[BaseException] = []
-    todo: list[BaseException | None] = [err]
-    while todo:
-        e = todo.pop()
-        if e is None or any(e is s for s in seen):
-            continue
-        seen.append(e)
-        if isinstance(e, MemoryError) or _OOM.search(str(e)):
-            return True
-        todo += [e.__cause__, e.__context__]
-    return False
+    return any(isinstance(e, MemoryError) or _OOM.search(str(e)) for e in error_chain(err))
