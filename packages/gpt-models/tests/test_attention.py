@@ -11,7 +11,8 @@ from gpt_models import forward, init_params
 
 @pytest.mark.parametrize("n_kv_heads", [0, 1], ids=["MHA", "MQA"])
 def test_xla_core_gives_the_logits_of_the_blocked_one(make_config, n_kv_heads):
-    cfg = make_config(model={"n_layers": 1, "n_kv_heads": n_kv_heads, "pos": "rope"}).model
+    model = {"n_layers": 1, "n_kv_heads": n_kv_heads, "pos": "rope", "dtype": "float32"}
+    cfg = make_config(model=model).model  # float32 also on GPU (auto would be bfloat16 there)
     params = init_params(cfg, jax.random.key(0))
     tokens = jax.random.randint(jax.random.key(1), (2, cfg.seq_len), 0, cfg.vocab_size)
     logits = {

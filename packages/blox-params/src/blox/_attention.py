@@ -365,7 +365,7 @@ class MultiHeadAttention(Module):
         blocks of query rows (``causal_block``), each over the keys up to its last row only: the
         skipped keys are the ones the causal mask would zero, so the result is the same.
         """
-        implementation = self._implementation()
+        implementation = self._implementation(q, k)
         if implementation != "blocked":
             return self._attend_fused(q, k, v, mask, causal, cast(_Fused, implementation))
         T, S = q.shape[-3], k.shape[-3]
@@ -402,8 +402,14 @@ class MultiHeadAttention(Module):
             out = out.reshape(*out.shape[:-4], self.num_heads, T, self.head_dim)
         return jnp.moveaxis(out, -2, -3)
 
-    def _implementation(self) -> str:
-        """``implementation`` with ``auto`` resolved; ``cudnn`` refused off GPU, by its name."""
+    def _implementation(self, q: jax.Array, k: jax.Array) -> str:
+        """``implementation`` with ``auto`` resolved; ``cudnn`` refused off GPU, by its name.
+
+        ``auto`` is the measured best per backend (benchmarks/gpt/RESULTS.md and RESULTS-gpu.md):
+        ``cudnn`` on a GPU for 16-bit self-attention (queries as long as the keys) with a head
+        size the kernel takes (a multiple of 8, at most 128): 0.88x blocked's step time on an H200
+        and, unlike the other cores, no ``(T, S)`` logits in memory. ``blocked`` everywhere else.
+        """
         backend = jax.default_backend()
         if self.implementation == "cudnn" and backend != "gpu":
             raise ValueError(
@@ -411,9 +417,16 @@ class MultiHeadAttention(Module):
                 f"runs on GPUs only; this computation runs on {backend!r}. Use "
                 "implementation='auto' (picks per backend), 'blocked' or 'xla'."
             )
-        # `auto` is the measured best per backend: blocked on CPU (benchmarks/gpt/RESULTS.md,
-        # "Attention implementations"); no GPU/TPU figures yet, so blocked there too for now.
-        return "blocked" if self.implementation == "auto" else self.implementation
+        if self.implementation != "auto":
+            return self.implementation
+        fused_ok = (
+            backend == "gpu"
+            and q.dtype in (jnp.bfloat16, jnp.float16)
+            and q.shape[-3] == k.shape[-3]
+            and self.head_dim % 8 == 0
+            and self.head_dim <= 128
+        )
+        return "cudnn" if fused_ok else "blocked"
 
     def _attend_fused(
         self,
@@ -436,6 +449,8 @@ class MultiHeadAttention(Module):
         if causal and T != S:
             seen = jnp.arange(T)[:, None] + (S - T) >= jnp.arange(S)[None, :]
             full = seen[None, None] if full is None else full & seen
+        if full is not None and implementation == "cudnn":  # cudnn wants the query axis whole
+            full = jnp.broadcast_to(full, (*full.shape[:2], T, S))
         out = jax.nn.dot_product_attention(
             q, k, v, mask=full, is_causal=is_causal, implementation=implementation
         )

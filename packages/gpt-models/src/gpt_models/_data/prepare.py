@@ -82,7 +82,9 @@ class _Encoder:
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         if self.tok is None:
             return [np.frombuffer(t.encode("utf-8", errors="replace"), np.uint8) for t in texts]
-        encs = self.tok.encode_batch_fast(texts, add_special_tokens=False)
+        # encode_batch_fast (no character offsets) is tokenizers >= 0.20; the floor has encode_batch.
+        encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)
+        encs = encode(texts, add_special_tokens=False)
         return [np.array(e.ids, np.uint32) for e in encs]
 
 
