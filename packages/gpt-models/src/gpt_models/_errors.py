@@ -37,3 +37,7 @@ class DiskFullError(OSError):
     The newest complete checkpoint stays restorable; the message names the file, the free space
     and how to continue. The CLI exits with status 4.
     """
+
+
+class CheckpointFormatError(UsageError):
+    """A Hugging Face folder that cannot be imported, or a model that cannot be exported as one."""
