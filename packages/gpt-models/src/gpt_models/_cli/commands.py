@@ -160,17 +160,33 @@ def sample_command(args: argparse.Namespace) -> int:
     """``gpt sample``: text from a run's newest checkpoint; defaults from its ``[sample]``."""
     from .._data.run_tokenizer import run_tokenizer
     from .._runs.folders import load_run
-    from .._training.evaluate import sample_text
+    from .._training.evaluate import sample_lengths, sample_text
+    from .._training.use_preflight import plan_sample
+    from .eval_report import run_preflight
 
     run = _chosen_run(args)
-    cfg, params, _ = load_run(run, _run_config(args, run, _SAMPLE_KEYS))
+    cfg = _run_config(args, run, _SAMPLE_KEYS) or run_config(run)
+    tok = run_tokenizer(run, cfg)
+    s = cfg.sample
     try:
+        ids, n = sample_lengths(cfg, tok, args.prompt, args.max_new_tokens)
+        # Before the checkpoint is read: a program that cannot fit is refused in seconds.
+        plan = plan_sample(
+            cfg, len(ids), n, temperature=s.temperature if args.temperature is None else args.temperature,
+            top_k=(s.top_k or None) if args.top_k is None else args.top_k,
+            top_p=(s.top_p if s.top_p < 1 else None) if args.top_p is None else args.top_p,
+        )  # fmt: skip
+        if run_preflight(args, plan):
+            return 0
+        cfg, params, _ = load_run(run, cfg)
         text = sample_text(
             params, cfg, prompt=args.prompt, max_new_tokens=args.max_new_tokens,
             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-            tokenizer=run_tokenizer(run, cfg),
+            tokenizer=tok,
         )  # fmt: skip
-    except ValueError as err:  # too long for the context, empty prompt
+    except ValueError as err:  # too long for the context, empty prompt, bad sampling options
+        if isinstance(err, UsageError):
+            raise
         raise UsageError(str(err)) from err
     print(text)
     return 0
@@ -179,14 +195,20 @@ def sample_command(args: argparse.Namespace) -> int:
 def eval_command(args: argparse.Namespace) -> int:
     """``gpt eval``: ``val_loss <x>`` of a run's newest checkpoint, or ``--text`` / ``--task`` scores."""
     from .._training.evaluate import evaluate_run
+    from .._training.use_preflight import plan_eval
+    from .eval_report import run_preflight
 
     run = _chosen_run(args)
+    config = _run_config(args, run, _EVAL_KEYS)
     if args.text is None and args.task is None:
-        print(f"val_loss {evaluate_run(run, _run_config(args, run, _EVAL_KEYS)):.6f}")
+        plan = plan_eval(config or run_config(run), run)
+        if run_preflight(args, plan):
+            return 0
+        print(f"val_loss {evaluate_run(run, config, step=plan.compiled):.6f}")
         return 0
     from .eval_report import eval_files
 
-    return eval_files(args, run, _run_config(args, run, _EVAL_KEYS))
+    return eval_files(args, run, config)
 
 
 def _check_train_flags(args: argparse.Namespace) -> None:

@@ -16,9 +16,10 @@ from .._config.schema import Config
 from .._data.corpus import bin_files, text_splits
 from .._data.run_tokenizer import run_tokenizer
 from .._errors import DataError, UsageError
-from .._runs.folders import load_run
+from .._runs.folders import load_run, run_config
 from .._training.tasks import evaluate_task, save_task_score
 from .._training.text_eval import evaluate_text
+from .._training.use_preflight import UsePlan, check_use_fits, plan_score
 
 VAL_TEXT = "@val"
 
@@ -29,6 +30,8 @@ def eval_files(args: argparse.Namespace, run: str, config: Config | None) -> int
         raise UsageError(f"gpt eval --batch-size {args.batch_size}: it must be >= 1.")
     if args.stride is not None and args.text is None:
         raise UsageError("gpt eval --stride applies to --text; pass --text FILE too.")
+    if run_preflight(args, plan_score(config or run_config(run), args.batch_size)):
+        return 0
     cfg, params, step = load_run(run, config)
     tok = run_tokenizer(run, cfg)
     if args.text is not None:
@@ -52,6 +55,17 @@ def eval_files(args: argparse.Namespace, run: str, config: Config | None) -> int
         for score in scores:
             print(f"saved {save_task_score(score, run, step)}")
     return 0
+
+
+def run_preflight(args: argparse.Namespace, plan: UsePlan) -> bool:
+    """Print the plan for ``--dry-run``; refuse a program that cannot fit. True: stop here."""
+    if args.dry_run:
+        print(f"Plan of gpt {args.command} (dry run: no checkpoint read, nothing written):\n"
+              f"{plan.describe()}")  # fmt: skip
+    check_use_fits(plan)  # OutOfMemoryError: exit 2 with the knob's value that fits
+    if args.dry_run:
+        print("It fits: the same command without --dry-run runs it.")
+    return bool(args.dry_run)
 
 
 def _val_file(cfg: Config, tmp: Path) -> Path:

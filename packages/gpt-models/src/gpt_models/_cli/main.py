@@ -148,6 +148,13 @@ def _sample_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
+    _dry_run_arg(p, "the sampling program")
+
+
+def _dry_run_arg(p: argparse.ArgumentParser, program: str) -> None:
+    p.add_argument("--dry-run", action="store_true",
+                   help=f"compile {program} and print its memory against the device's; read no "
+                        "checkpoint, write nothing. Exit 0 when it fits, 2 when it does not")  # fmt: skip
 
 
 def _eval_parser(p: argparse.ArgumentParser) -> None:
@@ -165,6 +172,7 @@ def _eval_parser(p: argparse.ArgumentParser) -> None:
                    help="--task file format (default: told by the first example's fields)")  # fmt: skip
     p.add_argument("--batch-size", type=int, default=8,
                    help="windows (--text) or context+choice rows (--task) per model call; default 8")  # fmt: skip
+    _dry_run_arg(p, "the eval step (or the --text/--task scorer)")
 
 
 def _config_parser(p: argparse.ArgumentParser) -> None:

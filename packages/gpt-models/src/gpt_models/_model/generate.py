@@ -120,10 +120,30 @@ def generate(
     _check_length(cfg, prompt.shape[1], max_new_tokens)
     if max_new_tokens == 0:
         return prompt[0] if squeeze else prompt
-    options = (float(temperature), int(top_k or 0) or None, None if top_p is None else float(top_p))
+    options = _options(temperature, top_k, top_p)
     run = _generate_cached if use_cache else _generate_uncached
     out = run(params, prompt, key, cfg, max_new_tokens, options, stop_token)
     return out[0] if squeeze else out
+
+
+def _options(temperature: float, top_k: int | None, top_p: float | None) -> tuple:
+    return float(temperature), int(top_k or 0) or None, None if top_p is None else float(top_p)
+
+
+def compile_generate(
+    params: Any, prompt_len: int, config: Any, *, max_new_tokens: int, temperature: float = 1.0,
+    top_k: int | None = None, top_p: float | None = None,
+) -> Any:  # fmt: skip
+    """The program ``generate`` runs for one prompt of ``prompt_len`` tokens, compiled ahead of time.
+
+    ``params`` may be abstract (``abstract_params``); the memory pre-flight of ``gpt sample`` reads
+    the result's ``memory_analysis()``. A later ``generate`` call of the same sizes reuses it.
+    """
+    cfg = getattr(config, "model", config)
+    prompt = jax.ShapeDtypeStruct((1, prompt_len), jnp.int32)
+    key = jax.eval_shape(lambda: jax.random.key(0))
+    options = _options(temperature, top_k, top_p)
+    return _generate_cached.lower(params, prompt, key, cfg, max_new_tokens, options, None).compile()
 
 
 def _loop(

@@ -18,6 +18,7 @@ import orbax.checkpoint as ocp
 from .._distributed.processes import is_primary
 from .._errors import UsageError
 from .digest import PendingDigest, prune_digests, read_digest, verify, write_digest
+from .runlog import append_inside
 from .snapshot import stable_view
 
 log = logging.getLogger(__name__)
@@ -279,15 +280,11 @@ class _Captured(logging.Filter):
         """Append the details of ``step``'s failure to ``path``; a note naming it, or ""."""
         text = "".join(traceback.format_exception(err))
         lines, self.lines = self.lines, []
-        try:
-            if path.is_symlink():
-                return ""
-            with path.open("a", encoding="utf-8") as f:
-                f.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} step {step}\n")
-                f.write("".join(line + "\n" for line in lines) + text)
-        except OSError:  # a read-only run folder: the warning is all there is
-            return ""
-        return f" Details: {path}"
+        entry = f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} step {step}\n"
+        entry += "".join(line + "\n" for line in lines) + text
+        # Never through a link; a read-only run folder: the warning is all there is.
+        written = append_inside(path.parent, path.name, entry)
+        return f" Details: {path}" if written else ""
 
 
 class _ReadOnlyNotices(logging.Filter):

@@ -24,9 +24,10 @@ from .step import compile_eval_step
 class Evaluator:
     """Mean loss (nats per byte; per token when the bytes are unknown) over the first ``train.eval_batches`` validation windows."""
 
-    def __init__(self, cfg: Config, mesh: Mesh, params: Any, dataset: Dataset) -> None:
+    def __init__(self, cfg: Config, mesh: Mesh, params: Any, dataset: Dataset,
+                 step: Any = None) -> None:  # fmt: skip
         t = cfg.train
-        self.fn = compile_eval_step(cfg, mesh, params)
+        self.fn = step if step is not None else compile_eval_step(cfg, mesh, params)
         self.mesh = mesh
         self.rows = t.batch_size // t.grad_accum
         self.batches = eval_batches(
@@ -41,15 +42,18 @@ class Evaluator:
         return float(np.mean([host_value(x) for x in losses])) / self.bytes_per_token
 
 
-def evaluate_run(run_dir: str | Path, config: Config | None = None) -> float:
-    """Validation loss (nats per byte) of a run's newest checkpoint on its fixed val windows."""
+def evaluate_run(run_dir: str | Path, config: Config | None = None, *, step: Any = None) -> float:
+    """Validation loss (nats per byte) of a run's newest checkpoint on its fixed val windows.
+
+    ``step``: the eval step compiled ahead of time (``plan_eval(...).compiled``), else compiled here.
+    """
     cfg, params, _ = load_run(run_dir, config)
     mesh = make_mesh(cfg.mesh, jax.devices()[:1])
     dataset = load_dataset(
         cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size,
         tokenizer=run_tokenizer(run_dir, cfg),
     )  # fmt: skip
-    return Evaluator(cfg, mesh, params, dataset)(params)
+    return Evaluator(cfg, mesh, params, dataset, step)(params)
 
 
 def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_tokens: int | None = None,
@@ -58,16 +62,7 @@ def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_
     """Generate text with ``tokenizer`` (default bytes); defaults come from the config's ``[sample]``."""
     s = cfg.sample
     tok = tokenizer or ByteTokenizer()
-    ids = tok.encode(s.prompt if prompt is None else prompt)
-    room = cfg.model.seq_len - len(ids)
-    if room < 1:
-        what = "The prompt" if prompt is not None else "sample.prompt"
-        raise ValueError(
-            f"{what} is {len(ids)} tokens long, but the model's context (model.seq_len) is "
-            f"{cfg.model.seq_len} tokens, and it needs room for at least one new token. Use a "
-            f"prompt of at most {cfg.model.seq_len - 1} tokens (for bytes, characters)."
-        )
-    n = min(s.max_new_tokens, room) if max_new_tokens is None else max_new_tokens
+    ids, n = sample_lengths(cfg, tok, prompt, max_new_tokens)
     out = generate(
         jax.tree.map(_on_one_device, params), ids, cfg.model, max_new_tokens=n,
         temperature=s.temperature if temperature is None else temperature,
@@ -76,6 +71,22 @@ def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_
         key=jax.random.key(seed),
     )  # fmt: skip
     return decode_lenient(tok, np.asarray(out))
+
+
+def sample_lengths(cfg: Config, tok: Tokenizer, prompt: str | None,
+                   max_new_tokens: int | None) -> tuple[Any, int]:  # fmt: skip
+    """The prompt's token ids and the number of tokens to add, as ``sample_text`` takes them."""
+    ids = tok.encode(cfg.sample.prompt if prompt is None else prompt)
+    room = cfg.model.seq_len - len(ids)
+    if room < 1:
+        what = "The prompt" if prompt is not None else "sample.prompt"
+        raise ValueError(
+            f"{what} is {len(ids)} tokens long, but the model's context (model.seq_len) is "
+            f"{cfg.model.seq_len} tokens, and it needs room for at least one new token. Use a "
+            f"prompt of at most {cfg.model.seq_len - 1} tokens (for bytes, characters)."
+        )
+    n = min(cfg.sample.max_new_tokens, room) if max_new_tokens is None else max_new_tokens
+    return ids, n
 
 
 def _on_one_device(x: jax.Array) -> jax.Array:

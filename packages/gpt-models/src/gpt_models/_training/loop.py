@@ -44,6 +44,7 @@ from .._runs.checkpoint import Checkpointer
 from .._runs.diskfull import disk_full_message
 from .._runs.folders import check_run_target, write_text
 from .._runs.lock import run_lock
+from .._runs.runlog import log_failure
 from .evaluate import Evaluator, sample_text
 from .host_memory import keep_host_memory
 from .init_from import check_init_from, init_state_from, source_model
@@ -147,13 +148,18 @@ def train(
     # into one run folder only one gets past this line (process 0 writes the folder for all).
     with run_lock(run, stream=stream) if is_primary() else contextlib.nullcontext():
         ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints)
+        at: dict[str, int] = {}  # the step the loop was at, for the run's error log
         try:
             return _run_steps(
                 cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt,
-                plan.compiled, profile,
+                plan.compiled, profile, at,
             )  # fmt: skip
-        except Exception as err:
-            typed = _typed_error(err, plan, run)
+        except BaseException as err:
+            typed = _typed_error(err, plan, run) if isinstance(err, Exception) else None
+            if typed is not None:
+                typed.__cause__ = err
+            if is_primary():
+                _log_failure(run, at.get("step"), typed or err)
             if typed is None:
                 raise
             raise typed from err
@@ -238,6 +244,13 @@ def _typed_error(err: Exception, plan: Plan, run: Path) -> Exception | None:
     return None
 
 
+def _log_failure(run: Path, step: int | None, err: BaseException) -> None:
+    # A diverged, interrupted or refused run says everything in its message; a crash (or a full
+    # disk, an out-of-memory) keeps its traceback chain in the log for whoever debugs it.
+    told = (UsageError, TrainingDivergedError, TrainingInterrupted, KeyboardInterrupt)
+    log_failure(run, step, err, chain=not isinstance(err, told) or isinstance(err, OutOfMemoryError))
+
+
 def _check_metrics(run: Path) -> None:
     # Read before training: lox reads a save's index when it first appends to it, which would be
     # after steps were trained and checkpoints saved.
@@ -307,9 +320,11 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abst
 
 def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: bool, mesh: Mesh,
            dataset: Dataset, optimizer: Any, abstract: Any, ckpt: Checkpointer,
-           step_fn: Any, profile: tuple[int, int] | None = None) -> RunResult:  # fmt: skip
+           step_fn: Any, profile: tuple[int, int] | None = None,
+           at: dict[str, int] | None = None) -> RunResult:  # fmt: skip
     state, start = _restore_or_init(cfg, resume, optimizer, mesh, abstract, ckpt, stream)
     loop = _Loop(cfg, run, mesh, dataset, abstract, ckpt, start, stream, step_fn)
+    loop.at = at if at is not None else {}
     # Only now that the launch is accepted (checkpoints restored, metrics opened): a refused or
     # failed launch leaves the run's config.toml as it was.
     if is_primary():
@@ -397,6 +412,7 @@ class _Loop:
         )  # fmt: skip
         self.loss = self.val = math.nan
         self.eval_seconds = 0.0  # of the last record(): kept out of the step-time split
+        self.at: dict[str, int] = {}  # "step": the step running (for train's error log)
         # No range here: _run_steps sets one from `train(profile=...)`.
         self.profiler = StepProfiler(None, run / "profile", self.stream)
 
@@ -425,6 +441,7 @@ class _Loop:
         steps, times, clock = self.cfg.train.steps, self.progress.times, time.perf_counter
         batch = self.fetch(self.start) if self.start < steps else None
         for step in range(self.start, steps):
+            self.at["step"] = step + 1  # counted from 1, as the messages count them
             self.profiler.before(step)
             t0 = clock()
             state, logs = self.step_fn(state, batch)

@@ -15,7 +15,8 @@ measurement settles at about two blocks, and each checkpoint takes a private cop
 (``loop._safe_copy``).
 
 When the step does not fit, candidates are compiled (not guessed): more micro-batches
-(``train.grad_accum``, same ``train.batch_size``), then recomputed activations (``model.remat``).
+(``train.grad_accum``, same ``train.batch_size``), then recomputed activations (``model.remat``);
+a line through the smallest and largest micro-batch picks the one candidate to compile and check.
 The compiled step that passed is handed to the loop, so the pre-flight costs no extra compile.
 """
 
@@ -320,9 +321,9 @@ def advice(plan: Plan, budget: int) -> str:
     """Settings of ``plan`` 's run that fit in ``budget`` bytes per device, found by compiling them.
 
     The fewest micro-batches (``train.grad_accum``; ``train.batch_size`` kept) that fit, first
-    without changing ``model.remat``, then with ``model.remat=full``. Memory falls with the
-    micro-batch, so the candidates are searched by bisection: a handful of compiles. When the
-    state alone (parameters and optimizer state) exceeds ``budget``, nothing is compiled.
+    without changing ``model.remat``, then with ``model.remat=full``: two or three compiles for each
+    (``_fewest_accum``). When the state alone (parameters and optimizer state) exceeds ``budget``,
+    nothing is compiled.
     """
     cfg, t, mem = plan.cfg, plan.cfg.train, plan.memory
     shards = plan.mesh.shape["data"] * plan.mesh.shape["fsdp"] * jax.process_count()
@@ -338,7 +339,9 @@ def advice(plan: Plan, budget: int) -> str:
             "model (model.d_model, model.n_layers) or shard the state over more devices "
             "(mesh.fsdp)."
         )
-    known = {(t.grad_accum, cfg.model.remat): mem.per_device} if mem else {}
+    known: dict[tuple[int, str], int | None] = (
+        {(t.grad_accum, cfg.model.remat): mem.per_device} if mem else {}
+    )
     remats = [cfg.model.remat] + (["full"] if cfg.model.remat != "full" else [])
     for remat in remats:
         found = _fewest_accum(plan, budget, accums, remat, known)
@@ -361,22 +364,40 @@ def advice(plan: Plan, budget: int) -> str:
 
 
 def _fewest_accum(plan: Plan, budget: int, accums: list[int], remat: str,
-                  known: dict[tuple[int, str], int]) -> tuple[int, int] | None:  # fmt: skip
-    # Bisection over the sorted candidates: the largest micro-batch (fewest micro-batches) that fits.
-    best = None
-    lo, hi = 0, len(accums) - 1
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        need = known.get((accums[mid], remat))
-        if need is None:
-            need = _needs(_with(plan.cfg, accums[mid], remat), plan.optimizer, plan.mesh)
-        if need is None:
+                  known: dict[tuple[int, str], int | None]) -> tuple[int, int] | None:  # fmt: skip
+    """The fewest micro-batches (first of ``accums``, ascending) that fit, in two or three compiles.
+
+    The step's memory is what every micro-batch size needs (state, gradients) plus activations that
+    grow with the micro-batch. Measured at the largest and the smallest micro-batch, the line
+    through the two predicts the others; the predicted candidate is compiled to check it and, where
+    the line fell short, the next smaller micro-batch is, until one fits (the smallest one does).
+    Every suggestion is a compiled measurement, never the line's prediction.
+    """
+
+    def need(g: int) -> int | None:
+        if (g, remat) not in known:
+            known[(g, remat)] = _needs(_with(plan.cfg, g, remat), plan.optimizer, plan.mesh)
+        return known[(g, remat)]
+
+    smallest = need(accums[-1])
+    if smallest is None or smallest > budget:
+        return None
+    largest = need(accums[0])
+    if largest is None:
+        return None
+    if largest <= budget:
+        return accums[0], largest
+    batch = plan.cfg.train.batch_size
+    low, high = batch // accums[-1], batch // accums[0]
+    per_row = (largest - smallest) / max(high - low, 1)
+    first = next(i for i, g in enumerate(accums) if smallest + per_row * (batch // g - low) <= budget)
+    for g in accums[first:]:
+        found = need(g)
+        if found is None:
             return None
-        if need <= budget:
-            best, hi = (accums[mid], need), mid - 1
-        else:
-            lo = mid + 1
-    return best
+        if found <= budget:
+            return g, found
+    return None
 
 
 def is_out_of_memory(err: BaseException) -> bool:

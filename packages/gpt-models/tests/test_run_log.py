@@ -1,0 +1,73 @@
+"""The run's error log (issue 28): a failed run leaves a dated entry in ``RUN/errors.log`` with
+its step and message (a crash: its traceback too), written only inside the run folder."""
+
+import io
+import re
+
+import pytest
+
+from gpt_models import train
+
+
+def _crash_at_step(monkeypatch, n: int) -> None:
+    # The compiled train step raises on its n-th call (the pre-flight's step, wrapped).
+    from gpt_models._training import loop
+
+    real = loop.plan_step
+
+    def plan_then_crash(*args, **kwargs):
+        plan = real(*args, **kwargs)
+        step, calls = plan.compiled, []
+
+        def crashing(*a):
+            calls.append(1)
+            if len(calls) == n:
+                raise RuntimeError("INTERNAL: the device fell over")
+            return step(*a)
+
+        plan.compiled = crashing
+        return plan
+
+    monkeypatch.setattr(loop, "plan_step", plan_then_crash)
+
+
+def test_a_crash_in_the_loop_is_logged_with_its_step_and_traceback(tmp_path, make_config,
+                                                                   monkeypatch):  # fmt: skip
+    _crash_at_step(monkeypatch, 3)
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="the device fell over"):
+        train(make_config(mesh={"data": -1}), run, stream=io.StringIO(), write_sample=False)
+    log = (run / "errors.log").read_text()
+    header = log.splitlines()[0]
+    assert re.fullmatch(
+        r"--- \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ step 3 RuntimeError: INTERNAL: the device fell over",
+        header,
+    ), header
+    assert "Traceback (most recent call last)" in log and "crashing" in log
+
+
+def test_a_diverged_run_is_logged_without_a_traceback(tmp_path, capsys, gpt_train):
+    assert gpt_train("--set", "train.lr=1e30", "--set", "train.grad_clip=0") == 1
+    log = (tmp_path / "run" / "errors.log").read_text()
+    assert re.match(r"--- \S+Z step \d+ TrainingDivergedError: Training diverged: the loss is", log)
+    assert "Traceback" not in log and len(log.splitlines()) == 1
+
+
+def test_the_log_never_follows_a_link_out_of_the_run(tmp_path, make_config, monkeypatch):
+    # The run folder is created by train; a link planted as its errors.log before the crash.
+    from gpt_models._training import loop
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    run = tmp_path / "run"
+    real = loop.run_lock
+
+    def lock_and_plant(folder, **kwargs):
+        (folder / "errors.log").symlink_to(victim)
+        return real(folder, **kwargs)
+
+    monkeypatch.setattr(loop, "run_lock", lock_and_plant)
+    _crash_at_step(monkeypatch, 1)
+    with pytest.raises(RuntimeError, match="the device fell over"):
+        train(make_config(mesh={"data": -1}), run, stream=io.StringIO(), write_sample=False)
+    assert victim.read_text() == "mine\n" and (run / "errors.log").is_symlink()
