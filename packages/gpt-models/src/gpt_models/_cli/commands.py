@@ -140,14 +140,15 @@ def config_show_command(args: argparse.Namespace) -> int:
 def _resolved_vocab(cfg: Config, run: str | None) -> tuple[Config, str | None]:
     """``cfg`` with the vocabulary ``gpt train`` would give it, or the note for its line.
 
-    A run's config.toml already holds it; the byte tokenizer (and token files with a sidecar) fix
-    it without reading the text; a BPE tokenizer is trained on the data by ``gpt train`` itself.
+    A run's config.toml already holds it; the byte tokenizer, a tokenizer.json file (and token
+    files with a sidecar) fix it without reading the text; a BPE tokenizer is trained on the data
+    by ``gpt train`` itself.
     """
     if run:
         return cfg, None
     from .._data.run_tokenizer import prepare_tokenizer
 
-    if cfg.data.tokenizer == "byte":
+    if cfg.data.tokenizer != "bpe":
         _, cfg = prepare_tokenizer(cfg, Path("."), resume=False, stream=sys.stderr)
         return cfg, None
     return cfg, (
@@ -339,7 +340,13 @@ def _from_source(base: Config, source: str) -> Config:
     from .._training.init_from import with_source_model
 
     train = dataclasses.replace(base.train, init_from=str(Path(source).absolute()))
-    return with_source_model(dataclasses.replace(base, train=train))
+    base = dataclasses.replace(base, train=train)
+    tokenizer = Path(source) / "tokenizer.json"  # an imported run's or a HF folder's: its ids
+    if tokenizer.is_file():  # a --set data.tokenizer=... (applied after this) still wins
+        base = dataclasses.replace(
+            base, data=dataclasses.replace(base.data, tokenizer=str(tokenizer.absolute()))
+        )
+    return with_source_model(base)
 
 
 def _parse_mesh(text: str) -> dict[str, str]:

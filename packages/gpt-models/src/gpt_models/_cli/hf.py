@@ -46,6 +46,13 @@ def export_command(args: argparse.Namespace) -> int:
 
     run = check_run_folder(args.run, flag="RUN")
     cfg, params, step = load_run(run)
-    out = export_hf(cfg, params, args.out, dtype=args.dtype)
+    tokenizer = run / "tokenizer.json"  # a BPE or imported run's tokenizer goes along
+    out = export_hf(
+        cfg,
+        params,
+        args.out,
+        dtype=args.dtype,
+        tokenizer=tokenizer if tokenizer.is_file() else None,
+    )
     print(f"exported {run} (step {step}) to {out}")
     return 0

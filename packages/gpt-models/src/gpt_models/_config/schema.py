@@ -31,8 +31,19 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.attention": ("auto", "blocked", "xla", "cudnn"),
     "train.optimizer": ("adamw", "muon"),
     "log.wandb": ("disabled", "offline", "online"),
-    "data.tokenizer": ("byte", "bpe"),
 }
+# data.tokenizer: one of these, or the path of a tokenizers JSON file (tokenizer_kind: "bpe").
+BUILTIN_TOKENIZERS = ("byte", "bpe")
+
+
+def tokenizer_kind(value: str) -> str:
+    """``"byte"`` or ``"bpe"``: the kind of ``data.tokenizer`` (a tokenizer.json path is ``"bpe"``).
+
+    Example:
+        >>> tokenizer_kind("byte"), tokenizer_kind("hf/gpt2/tokenizer.json")
+        ('byte', 'bpe')
+    """
+    return value if value in BUILTIN_TOKENIZERS else "bpe"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,8 +180,9 @@ class DataConfig:
     Attributes:
         path: "" = the embedded corpus; else a text file, a folder of text, or a nanoGPT .bin file.
         val_fraction: share of the tokens (the tail) held out for validation.
-        tokenizer: byte (UTF-8, 256 ids) or bpe (trained on the train split, saved as
-            tokenizer.json); model.vocab_size follows the tokenizer.
+        tokenizer: byte (UTF-8, 256 ids), bpe (trained on the train split) or the path of a
+            tokenizers JSON file such as a Hugging Face model's tokenizer.json (GPT-2's, Llama's);
+            the run folder keeps it as tokenizer.json; model.vocab_size follows the tokenizer.
         bpe_vocab_size: ids of the BPE tokenizer (with data.tokenizer = bpe), 257..65536.
     """
 
@@ -314,6 +326,13 @@ def validate(cfg: Config) -> Config:
     problems += _range_problems(cfg)
     s = cfg.sample
     problems += sampling_problems("sample.", s.max_new_tokens, s.temperature, s.top_k, s.top_p)
+    tok = cfg.data.tokenizer
+    if tok not in BUILTIN_TOKENIZERS and not tok.endswith(".json"):
+        problems.append(
+            f"data.tokenizer = {tok!r} must be 'byte', 'bpe' or the path of a tokenizers JSON file "
+            "(ending in .json, e.g. a Hugging Face model's tokenizer.json)."
+            + did_you_mean(tok, BUILTIN_TOKENIZERS, n=1)
+        )
     for key, values in CHOICES.items():
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)

@@ -1,14 +1,18 @@
-"""A byte-level BPE tokenizer trained locally on the user's corpus, stored as JSON (never pickle).
+"""Subword tokenizers stored as JSON (never pickle): trained locally, or a Hugging Face tokenizer.json.
 
-It wraps the `tokenizers` package (Hugging Face's Rust tokenizers; nothing is downloaded: the
-merges are learnt from the training text). Byte-level means the 256 byte values are the base
-alphabet, so any text, in any script, round-trips exactly and no id is "unknown".
+It wraps the `tokenizers` package (Hugging Face's Rust tokenizers; nothing is downloaded). A
+tokenizer trained here learns its merges from the training text and is byte-level: the 256 byte
+values are the base alphabet, so any text, in any script, round-trips exactly and no id is
+"unknown". :meth:`BPETokenizer.from_file` reads any `tokenizers` JSON file instead (GPT-2's
+byte-level BPE, Llama's); :func:`read_tokenizer_json` is the one loader ``gpt train`` and
+``gpt prepare`` share, so both give a file the same ids and the same end-of-text id.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -16,6 +20,48 @@ from .._errors import DataError
 
 # The smallest vocabulary: the 256 byte values; uint16 .bin files cap the largest.
 MIN_VOCAB, MAX_VOCAB = 257, 65536
+# Tokens that end a document, looked up in this order (GPT-2, Llama 3, Llama 2 / SentencePiece, Gemma);
+# a tokenizer with none of them gets the first as one more id.
+END_OF_TEXT = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>")
+
+
+def read_tokenizer_json(path: str | Path, *, what: str) -> Any:
+    """A `tokenizers` JSON file as a ``tokenizers.Tokenizer`` that has an end-of-text token.
+
+    ``what`` names where the path came from in error messages (``data.tokenizer``, ``--tokenizer``).
+    A file with none of :data:`END_OF_TEXT` gets ``<|endoftext|>`` as one more (special) id, so the
+    documents of a corpus can be separated; :func:`end_of_text_id` finds it.
+
+    Raises:
+        DataError: the file is missing or is not a tokenizers JSON file.
+    """
+    from tokenizers import Tokenizer
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(
+            f"{what} = {str(path)!r}: no such file. Expected 'byte', 'bpe' or the path of a "
+            "tokenizers JSON file (e.g. the tokenizer.json of a Hugging Face model folder)."
+        )
+    try:
+        tok = Tokenizer.from_str(path.read_text(encoding="utf-8"))
+    except Exception as err:  # tokenizers raises its own Exception type on malformed JSON
+        raise DataError(
+            f"{what} {path} is not a tokenizers JSON file ({err}). Expected a tokenizer.json as "
+            "written by the tokenizers library (a Hugging Face model's, or BPETokenizer.save)."
+        ) from err
+    if end_of_text_id(tok) is None:
+        tok.add_special_tokens([END_OF_TEXT[0]])
+    return tok
+
+
+def end_of_text_id(tok: Any) -> int | None:
+    """The id of the first :data:`END_OF_TEXT` token ``tok`` (a ``tokenizers.Tokenizer``) has."""
+    for name in END_OF_TEXT:
+        found = tok.token_to_id(name)
+        if found is not None:
+            return int(found)
+    return None
 
 
 class BPETokenizer:
@@ -35,14 +81,21 @@ class BPETokenizer:
         True
     """
 
-    def __init__(self, tokenizer: object) -> None:
+    def __init__(self, tokenizer: Any) -> None:
+        from tokenizers import decoders
+
         self._tok = tokenizer
-        vocab = self._tok.get_vocab()  # type: ignore[attr-defined]
-        # Byte-level vocab entries use one printable character per byte, so a token's byte length
-        # is its string length: that gives bytes per token without decoding.
-        self.byte_lengths = np.zeros(len(vocab), np.int64)
-        for piece, i in vocab.items():
-            self.byte_lengths[i] = len(piece)
+        vocab = self._tok.get_vocab()
+        self.byte_lengths = np.zeros(max(vocab.values(), default=-1) + 1, np.int64)
+        if isinstance(self._tok.decoder, decoders.ByteLevel):
+            # Byte-level vocab entries use one printable character per byte, so a token's byte
+            # length is its string length: bytes per token without decoding.
+            for piece, i in vocab.items():
+                self.byte_lengths[i] = len(piece)
+        else:  # e.g. SentencePiece-style (Llama): decode each id once
+            ids = sorted(vocab.values())
+            texts = self._tok.decode_batch([[i] for i in ids], skip_special_tokens=False)
+            self.byte_lengths[ids] = [len(t.encode("utf-8")) for t in texts]
 
     @property
     def vocab_size(self) -> int:
@@ -75,6 +128,22 @@ class BPETokenizer:
         tok.train_from_iterator(texts, trainer)
         return cls(tok)
 
+    @property
+    def eot_id(self) -> int | None:
+        """The end-of-text id (see :data:`END_OF_TEXT`); None for a tokenizer trained here."""
+        return end_of_text_id(self._tok)
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, what: str = "data.tokenizer") -> BPETokenizer:
+        """A `tokenizers` JSON file, e.g. a Hugging Face model's ``tokenizer.json`` (GPT-2, Llama).
+
+        It is read by :func:`read_tokenizer_json`, so a file without an end-of-text token gets one.
+
+        Raises:
+            DataError: the file is missing or is not a tokenizers JSON file.
+        """
+        return cls(read_tokenizer_json(path, what=what))
+
     @classmethod
     def load(cls, path: str | Path) -> BPETokenizer:
         """Read a tokenizer saved by :meth:`save` (JSON).
@@ -105,11 +174,11 @@ class BPETokenizer:
 
     def to_json(self) -> str:
         """The tokenizer as the JSON text :meth:`save` writes (what a token store's hash covers)."""
-        return str(self._tok.to_str(pretty=False))  # type: ignore[attr-defined]
+        return str(self._tok.to_str(pretty=False))
 
     def encode(self, text: str) -> np.ndarray:
         """``text`` as a 1-D ``int32`` array of token ids."""
-        ids = self._tok.encode(text, add_special_tokens=False).ids  # type: ignore[attr-defined]
+        ids = self._tok.encode(text, add_special_tokens=False).ids
         return np.asarray(ids, dtype=np.int32)
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
@@ -120,7 +189,7 @@ class BPETokenizer:
             raise ValueError(
                 f"BPETokenizer.decode got token id {bad}, expected ids in 0..{self.vocab_size - 1}."
             )
-        return str(self._tok.decode(arr.tolist(), skip_special_tokens=False))  # type: ignore[attr-defined]
+        return str(self._tok.decode(arr.tolist(), skip_special_tokens=False))
 
     def __repr__(self) -> str:
         return f"BPETokenizer(vocab_size={self.vocab_size})"

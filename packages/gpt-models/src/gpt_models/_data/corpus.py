@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._config.schema import DataConfig
+from .._config.schema import DataConfig, tokenizer_kind
 from .._errors import DataError
 from .bpe import BPETokenizer
 from .byte_tokenizer import ByteTokenizer
@@ -121,7 +121,7 @@ def text_splits(cfg: DataConfig) -> tuple[bytes, bytes]:
 
 def _store_dataset(folder: Path, cfg: DataConfig, tok: Tokenizer, vocab_size: int) -> Dataset:
     """A token store's splits, memory-mapped; its tokenizer must be the run's."""
-    store_tokenizer_file(folder, cfg.tokenizer)
+    store_tokenizer_file(folder, tokenizer_kind(cfg.tokenizer))
     check_tokenizer_json(folder, tok.to_json() if isinstance(tok, BPETokenizer) else None)
     store = open_store(folder)
     vocab = int(store.manifest["tokenizer"]["vocab_size"])
@@ -136,7 +136,8 @@ def _store_dataset(folder: Path, cfg: DataConfig, tok: Tokenizer, vocab_size: in
 def _encode(tok: Tokenizer, data: bytes) -> np.ndarray:
     if isinstance(tok, ByteTokenizer):
         return np.frombuffer(data, dtype=np.uint8)  # 1 byte per token: a quarter of int32's memory
-    return tok.encode(data.decode("utf-8", errors="replace")).astype(np.uint16)
+    dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32  # e.g. Llama 3's 128256 ids
+    return tok.encode(data.decode("utf-8", errors="replace")).astype(dtype)
 
 
 def _bytes_per_token(tok: Tokenizer, val: TokenArray) -> float:
@@ -148,7 +149,7 @@ def _bytes_per_token(tok: Tokenizer, val: TokenArray) -> float:
 
 def _read_bins(files: list[Path], cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, BinMeta | None]:
     arrays = [_read_bin(f) for f in files]
-    metas = [read_bin_meta(f, cfg.tokenizer) for f in files]
+    metas = [read_bin_meta(f, tokenizer_kind(cfg.tokenizer)) for f in files]
     if len(files) == 2:
         same_meta(metas[0], metas[1], str(files[0].parent))
         train, val = arrays

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from .._errors import DataError
-from .bpe import BPETokenizer
+from .bpe import END_OF_TEXT, BPETokenizer, end_of_text_id, read_tokenizer_json
 from .sources import SourceFile, file_sha256, find_sources, read_documents
 from .store import (
     FORMAT,
@@ -43,7 +43,6 @@ from .store import (
 
 STATE = ".prepare-state.json"
 TOKENIZER_JSON = "tokenizer.json"
-EOT = "<|endoftext|>"
 _CHUNK_BYTES = 2 << 20  # ~2 MB of text: the encodings of a chunk stay ~100 MB
 _BPE_SAMPLE_BYTES = 64 << 20
 
@@ -69,9 +68,9 @@ class _Encoder:
         if tok is None:
             self.vocab_size, self.eot_id, self.json = 256, 0, None
         else:
-            if tok.token_to_id(EOT) is None:
-                tok.add_special_tokens([EOT])
-            self.vocab_size, self.eot_id = tok.get_vocab_size(), tok.token_to_id(EOT)
+            if end_of_text_id(tok) is None:  # a BPE trained here has no special tokens
+                tok.add_special_tokens([END_OF_TEXT[0]])
+            self.vocab_size, self.eot_id = tok.get_vocab_size(), end_of_text_id(tok)
             self.json = tok.to_str(pretty=False)
 
     def sha256(self) -> str:
@@ -103,7 +102,9 @@ def prepare(
 
     ``tokenizer`` is ``"byte"``, ``"bpe"`` (trained here on the first ~64 MB of documents, with
     ``bpe_vocab_size`` ids) or the path of a ``tokenizer.json`` (the `tokenizers` library's format).
-    A BPE tokenizer without ``<|endoftext|>`` gets it as one more id. Documents go to the
+    A file is read as ``gpt train`` reads ``data.tokenizer`` (``read_tokenizer_json``); a tokenizer
+    without an end-of-text token (``<|endoftext|>``, ``</s>``, ...) gets ``<|endoftext|>`` as one
+    more id, which ends every document. Documents go to the
     validation split by a hash of (file name, position), about ``val_fraction`` of them.
 
     Raises:
@@ -211,13 +212,7 @@ def _make_encoder(
         sample = _sample(sources, text_field)
         tok = BPETokenizer.train(sample, vocab_size=vocab)._tok
     else:
-        try:
-            tok = Tokenizer.from_str(Path(tokenizer).read_text(encoding="utf-8"))
-        except Exception as err:  # tokenizers raises its own Exception type
-            raise DataError(
-                f"--tokenizer {tokenizer} is not a tokenizers JSON file ({err}). Expected a "
-                "tokenizer.json as written by the tokenizers library or BPETokenizer.save."
-            ) from err
+        tok = read_tokenizer_json(tokenizer, what="--tokenizer")  # the loader gpt train uses
     enc = _Encoder("bpe", tok)
     assert enc.json is not None
     write_atomic(saved, enc.json.encode())

@@ -1,9 +1,11 @@
 """Which tokenizer a run uses, where it is kept, and how the model's vocabulary follows it.
 
 ``data.tokenizer = "byte"`` needs nothing on disk. ``"bpe"`` is trained on the train split of text
-data when a run starts (or read from the tokenizer file a ``.bin`` sidecar names), then kept in the
-run folder as ``tokenizer.json``; resuming, sampling and evaluating read it from there, so a run
-folder alone decodes its own ids.
+data when a run starts (or read from the tokenizer file a ``.bin`` sidecar names); the path of a
+tokenizers JSON file (e.g. a Hugging Face model's ``tokenizer.json``) is read with
+``read_tokenizer_json``, the loader ``gpt prepare --tokenizer`` uses. Either is then kept in the run
+folder as ``tokenizer.json``; resuming, sampling and evaluating read it from there, so a run folder
+alone decodes its own ids.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TextIO
 
 import numpy as np
 
-from .._config.schema import Config
+from .._config.schema import BUILTIN_TOKENIZERS, Config
 from .._errors import DataError
 from .bpe import BPETokenizer
 from .byte_tokenizer import ByteTokenizer
@@ -56,7 +58,8 @@ def model_vocab_size(tok: Tokenizer) -> int:
 
 def _vocab_is_known(cfg: Config) -> bool:
     files = bin_files(cfg.data)
-    return files is None or sidecar_path(files[0]).is_file()
+    given = cfg.data.tokenizer not in BUILTIN_TOKENIZERS  # a tokenizer.json says its own size
+    return given or files is None or sidecar_path(files[0]).is_file()
 
 
 def _tokenizer(cfg: Config, run: Path, resume: bool) -> Tokenizer:
@@ -64,11 +67,17 @@ def _tokenizer(cfg: Config, run: Path, resume: bool) -> Tokenizer:
         return ByteTokenizer()
     if resume:
         return BPETokenizer.load(run / TOKENIZER_FILE)
+    files = bin_files(cfg.data)
+    # A tokenizer.json; a store checks that it is the one the store was made with.
+    if cfg.data.tokenizer != "bpe":
+        tok = BPETokenizer.from_file(cfg.data.tokenizer)
+        if files is not None:
+            _same_vocab(tok, files[0], f"data.tokenizer {cfg.data.tokenizer}")
+        return tok
     if cfg.data.path and is_store(Path(cfg.data.path)):  # the tokenizer the store was made with
         file = store_tokenizer_file(Path(cfg.data.path), "bpe")
         assert file is not None  # a BPE store always has its tokenizer file
         return BPETokenizer.load(file)
-    files = bin_files(cfg.data)
     if files is None:
         train, _ = text_splits(cfg.data)
         text = train.decode("utf-8", errors="replace")
@@ -76,17 +85,23 @@ def _tokenizer(cfg: Config, run: Path, resume: bool) -> Tokenizer:
     meta = read_bin_meta(files[0], "bpe")
     assert meta is not None and meta.tokenizer_file is not None  # read_bin_meta checked both
     tok = BPETokenizer.load(meta.tokenizer_file)
-    if tok.vocab_size != meta.vocab_size:
-        raise DataError(
-            f"{sidecar_path(files[0])} declares vocab_size = {meta.vocab_size}, but its tokenizer "
-            f"file {meta.tokenizer_file} has {tok.vocab_size} ids. Write the vocab size of the "
-            "tokenizer that made the .bin."
-        )
+    _same_vocab(tok, files[0], f"its tokenizer file {meta.tokenizer_file}")
     return tok
 
 
+def _same_vocab(tok: Tokenizer, bin_file: Path, source: str) -> None:
+    """The tokenizer has as many ids as the ``.bin``'s sidecar says its tokenizer had."""
+    meta = read_bin_meta(bin_file, "bpe") if sidecar_path(bin_file).is_file() else None
+    if meta is not None and tok.vocab_size != meta.vocab_size:
+        raise DataError(
+            f"{sidecar_path(bin_file)} declares vocab_size = {meta.vocab_size}, but {source} has "
+            f"{tok.vocab_size} ids. Write the vocab size of the tokenizer that made the .bin, or "
+            "use that tokenizer."
+        )
+
+
 def save_tokenizer(tok: Tokenizer, run: Path) -> None:
-    """Keep a BPE tokenizer in the run folder (the byte tokenizer needs no file)."""
+    """Keep a BPE or tokenizer.json tokenizer in the run folder (the byte one needs no file)."""
     if isinstance(tok, BPETokenizer):
         tok.save(run / TOKENIZER_FILE)
 

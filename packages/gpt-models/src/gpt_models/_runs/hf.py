@@ -20,6 +20,7 @@ written; export writes into a temporary folder beside the target and renames it 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -35,9 +36,11 @@ import numpy as np
 import blox as bx
 
 from .._config.schema import Config, ModelConfig
+from .._data.bpe import BPETokenizer
+from .._data.run_tokenizer import TOKENIZER_FILE
 from .._distributed.mesh import single_device_mesh
 from .._errors import CheckpointFormatError as CheckpointFormatError
-from .._errors import UsageError
+from .._errors import DataError, UsageError
 from .._model.gpt import abstract_params
 from .hf_maps import (
     BLOCK,
@@ -298,12 +301,20 @@ def _bf16() -> Any:
     return ml_dtypes.bfloat16
 
 
-def export_hf(config: Any, params: bx.Params, path: str | Path, *, dtype: str = "float32") -> Path:
+def export_hf(
+    config: Any,
+    params: bx.Params,
+    path: str | Path,
+    *,
+    dtype: str = "float32",
+    tokenizer: str | Path | None = None,
+) -> Path:
     """Write ``params`` as a Hugging Face folder (``config.json`` + ``model.safetensors``).
 
     ``config`` is a :class:`Config` or its ``ModelConfig``; the model must be GPT-2-shaped
     (layernorm, learned positions, gelu, tied head; missing biases are written as zeros) or
-    Llama-shaped (rmsnorm, rope, swiglu, no biases). ``path`` must not exist yet: the folder is
+    Llama-shaped (rmsnorm, rope, swiglu, no biases). ``tokenizer``, a tokenizer.json file (a run
+    folder's), is copied in as ``tokenizer.json``. ``path`` must not exist yet: the folder is
     written beside it and renamed into place, so a failure leaves nothing behind.
 
     Raises:
@@ -350,6 +361,8 @@ def export_hf(config: Any, params: bx.Params, path: str | Path, *, dtype: str = 
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         text = json.dumps(hf_config(arch, m, dtype), indent=2) + "\n"
         (tmp / "config.json").write_text(text, encoding="utf-8")
+        if tokenizer is not None:
+            shutil.copyfile(tokenizer, tmp / TOKENIZER_FILE)
         os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -386,11 +399,14 @@ def _fuse_qkv(
 def import_run(source: str | Path, run_dir: str | Path, *, dtype: str = "float32") -> Path:
     """Make a run folder at step 0 from a Hugging Face folder: ``config.toml`` and the params.
 
-    ``gpt sample``, ``gpt eval`` and :func:`load_run` read it like a trained run. Everything is read
-    and checked before ``run_dir`` is created; a failure while writing removes it again.
+    ``gpt sample``, ``gpt eval`` and :func:`load_run` read it like a trained run. The folder's
+    ``tokenizer.json``, when it has one, is kept as the run's tokenizer (``data.tokenizer`` names
+    the run's copy), so the run decodes real text. Everything is read and checked before
+    ``run_dir`` is created; a failure while writing removes it again.
 
     Raises:
-        CheckpointFormatError: see :func:`import_hf`.
+        CheckpointFormatError: see :func:`import_hf`; also a tokenizer.json that is not one, or
+            that has more ids than the model's vocabulary.
         UsageError: ``run_dir`` exists already.
     """
     from .._config.toml import dumps
@@ -402,9 +418,15 @@ def import_run(source: str | Path, run_dir: str | Path, *, dtype: str = "float32
             f"{run} exists already; gpt import makes a new run folder. Choose another --name or "
             "--out, or delete the old folder first."
         )
+    tokenizer = _folder_tokenizer(Path(source), read_hf_config(source, dtype=dtype)[1].model)
     cfg, params = import_hf(source, dtype=dtype)
+    if tokenizer is not None:
+        data = dataclasses.replace(cfg.data, tokenizer=str((run / TOKENIZER_FILE).absolute()))
+        cfg = dataclasses.replace(cfg, data=data)
     run.mkdir(parents=True)
     try:
+        if tokenizer is not None:
+            tokenizer.save(run / TOKENIZER_FILE)
         header = f"# Imported from the Hugging Face folder {Path(source).resolve()}\n"
         (run / "config.toml").write_text(header + dumps(cfg), encoding="utf-8")
         ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints, async_save=False)
@@ -417,3 +439,22 @@ def import_run(source: str | Path, run_dir: str | Path, *, dtype: str = "float32
         shutil.rmtree(run, ignore_errors=True)
         raise
     return run
+
+
+def _folder_tokenizer(folder: Path, m: ModelConfig) -> BPETokenizer | None:
+    """The folder's ``tokenizer.json`` (None: it has none), refused if the model cannot use it."""
+    file = folder / TOKENIZER_FILE
+    if not file.is_file():
+        return None
+    try:
+        tok = BPETokenizer.from_file(file, what="tokenizer file")
+    except DataError as err:
+        raise CheckpointFormatError(str(err)) from err
+    if tok.vocab_size > m.real_vocab:
+        raise CheckpointFormatError(
+            f"{file} has {tok.vocab_size} token ids, but the model's vocabulary (config.json "
+            f"vocab_size) is {m.real_vocab}: ids {m.real_vocab}..{tok.vocab_size - 1} would index "
+            "past its embeddings. Put the tokenizer.json the model was trained with in the folder, "
+            "or remove it to import the weights alone (the run then uses the byte tokenizer)."
+        )
+    return tok
