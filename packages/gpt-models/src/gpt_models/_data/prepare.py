@@ -68,9 +68,11 @@ class _Encoder:
         if tok is None:
             self.vocab_size, self.eot_id, self.json = 256, 0, None
         else:
-            if end_of_text_id(tok) is None:  # a BPE trained here has no special tokens
+            eot = end_of_text_id(tok)
+            if eot is None:  # a BPE trained here has no special tokens
                 tok.add_special_tokens([END_OF_TEXT[0]])
-            self.vocab_size, self.eot_id = tok.get_vocab_size(), end_of_text_id(tok)
+                eot = tok.token_to_id(END_OF_TEXT[0])
+            self.vocab_size, self.eot_id = tok.get_vocab_size(), int(eot)
             self.json = tok.to_str(pretty=False)
 
     def sha256(self) -> str:
