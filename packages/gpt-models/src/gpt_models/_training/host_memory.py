@@ -29,6 +29,8 @@ from core_primitives import compat
 
 # mallopt(3) parameters (glibc's malloc.h); M_TRIM_THRESHOLD = -1 means "never trim".
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
+# glibc's defaults, restored by keep_host_memory(False).
+_DEFAULT_MMAP_MAX, _DEFAULT_TRIM = 65536, 128 * 1024
 # The environment variables through which a user tunes glibc's malloc: any of them and we leave
 # the allocator as the user set it.
 _USER_TUNABLES = (
@@ -83,22 +85,32 @@ def tune_host_allocator() -> bool:
     return _set_one_arena()
 
 
-def keep_host_memory() -> bool:
+def keep_host_memory(keep: bool = True) -> bool:
     """Keep freed memory in the process from now on (step 2 of 2, after :func:`tune_host_allocator`).
 
-    Call once the train step is compiled (after its first call): glibc then serves large blocks
-    from the heap and never trims it, so each step's scratch buffer is the previous step's. The
-    process keeps its peak heap until it exits. Returns ``True`` when applied, ``False`` (changing
-    nothing) when :func:`tune_host_allocator` did not apply in this process.
+    Call once the train step is compiled (after its first call): the compiler's garbage is first
+    handed back to the system (``malloc_trim``), then glibc serves large blocks from the heap and
+    never trims it, so each step's scratch buffer is the previous step's. ``keep_host_memory(False)``
+    undoes it once the steps are over (glibc's defaults again, and the kept heap trimmed), so what
+    runs after training (the final evaluation, sampling: their compiles) does not add to a heap that
+    is never given back; ``gpt train`` does both. Returns whether freed memory is kept now (``keep``
+    when applied); ``False``, changing nothing, when :func:`tune_host_allocator` did not apply in
+    this process.
     """
-    if not _state["tuned"]:
-        return False
-    if not _state["kept"]:
-        libc = ctypes.CDLL(None)
+    if not _state["tuned"] or _state["kept"] == keep:
+        return _state["kept"]
+    libc = ctypes.CDLL(None)
+    if keep:
+        libc.malloc_trim(0)  # before keeping: the compile's freed memory goes back now, not never
         _state["kept"] = all(
             libc.mallopt(param, value) == 1
             for param, value in ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1))
         )
+    else:
+        for param, value in ((_M_MMAP_MAX, _DEFAULT_MMAP_MAX), (_M_TRIM_THRESHOLD, _DEFAULT_TRIM)):
+            libc.mallopt(param, value)
+        libc.malloc_trim(0)
+        _state["kept"] = False
     return _state["kept"]
 
 

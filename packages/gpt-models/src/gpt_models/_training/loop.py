@@ -338,6 +338,7 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
     with stop_on_signals() as stop:
         try:
             state = loop.run(state, stop)
+            keep_host_memory(False)  # the steps are over: the final eval and sample trim again
         except BaseException as err:
             _close_after(loop, err)
             raise
