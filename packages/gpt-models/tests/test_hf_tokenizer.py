@@ -114,7 +114,7 @@ def test_import_train_sample_with_the_folders_tokenizer(tmp_path, capsys):
     cfg, _, _ = load_run(imported)
     assert cfg.data.tokenizer == str((imported / "tokenizer.json").absolute())
     args = ["train", "--init-from", str(imported), "--out", str(tmp_path), "--name", "ft",
-            "--set", "train.steps=3", "--set", "train.batch_size=8", "--set",
+            "--set", "train.steps=2", "--set", "train.batch_size=8", "--set",
             "train.eval_batches=1", "--set", "sample.max_new_tokens=4"]  # fmt: skip
     assert main(args) == 0  # data.tokenizer follows the source's tokenizer.json
     ft = tmp_path / "ft"
@@ -131,8 +131,6 @@ def test_import_train_sample_with_the_folders_tokenizer(tmp_path, capsys):
     out = generate(params, jnp.asarray(ids), cfg.model, max_new_tokens=6, temperature=0.0,
                    key=jax.random.key(0))  # fmt: skip
     assert shown == tok.decode(np.asarray(out))
-    assert main(["eval", "--run", str(ft)]) == 0
-    assert "val_loss" in capsys.readouterr().out
     assert main(["export", str(ft), str(tmp_path / "back")]) == 0
     assert (tmp_path / "back" / "tokenizer.json").read_text() == tok.to_json()
 
