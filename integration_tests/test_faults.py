@@ -374,6 +374,10 @@ def test_disk_full_during_metrics_write_keeps_the_run_resumable(tmp_path, monkey
     rc, out = _gpt("train", "--resume", str(run))
     assert rc == 0, out[-3000:]
     assert f"Resumed from checkpoint step {last}" in out and _steps(run)[-1] == 200
+    # The run's error log keeps the stop: its step, the message and the chain (issue 28).
+    log = (run / "errors.log").read_text()
+    assert re.match(r"--- \S+Z step \d+ DiskFullError: The disk is full: writing ", log), log
+    assert "Traceback (most recent call last)" in log, log
     _row("disk full during metrics write (shim)", 1, "clear error (exit 4), restorable", [took])
 
 
@@ -397,6 +401,8 @@ def test_double_ctrl_c_waits_for_the_save_and_leaves_a_checkpoint(tmp_path):
     stopped = int(re.search(r"after step (\d+)", out).group(1))
     assert _steps(run)[-1] == stopped and not _partial(run)
     assert not (run / "lock").exists()
+    log = (run / "errors.log").read_text()  # one line: the signal and the step it stopped after
+    assert re.fullmatch(rf"--- \S+Z step \d+ TrainingInterrupted: signal 2 at step {stopped}\n", log)
     _row("Ctrl-C twice, 50 ms apart", 1, f"saved step {stopped}, exit 130", [time.monotonic() - t0])
 
 
