@@ -1,4 +1,5 @@
-"""``MultiHeadAttention``: grouped KV heads, RoPE, QK-norm, causal/padding masks, a KV cache."""
+"""``MultiHeadAttention``: grouped KV heads, RoPE, QK-norm, causal/padding masks, a KV cache,
+attention-probability dropout."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import jax.numpy as jnp
 
 from core_primitives import did_you_mean
 
-from ._checks import positive_int
+from ._checks import positive_int, static_flag
+from ._dropout import _is_rate
 from ._dtypes import promote
-from ._errors import MissingParamError
+from ._errors import MissingParamError, RngError
 from ._graph import Graph
 from ._linear import dense
 from ._module import Initializer, Module
@@ -74,7 +76,7 @@ class MultiHeadAttention(Module):
         graph: the node to bind to.
         num_heads: query heads.
         head_dim: features per head.
-        rng: draws init keys.
+        rng: draws init keys (and, with ``dropout_rate``, one dropout key per training call).
         num_kv_heads: key/value heads (grouped-query attention); must divide ``num_heads``.
             Default ``num_heads``.
         use_rope: rotary position embeddings on queries and keys (positions ``0..T-1`` and
@@ -100,10 +102,19 @@ class MultiHeadAttention(Module):
         implementation: the attention core. ``blocked``: the pure-JAX softmax above (with
             ``causal_block``); ``xla`` or ``cudnn``: ``jax.nn.dot_product_attention`` with that
             implementation (``cudnn`` is the fused GPU kernel: GPU only, float16/bfloat16);
-            ``auto``: the measured best of the backend, ``blocked`` today everywhere (measured
-            on CPU; GPU figures pending, benchmarks/gpt/RESULTS-gpu.md). Every one takes the
-            same masks, causal alignment, grouped heads, RoPE, QK-norm and cache, and gives
-            the same outputs and gradients up to float rounding.
+            ``auto``: the measured best of the backend (``cudnn`` on a GPU for 16-bit
+            self-attention, else ``blocked``; benchmarks/gpt/RESULTS-gpu.md), and ``blocked``
+            whenever dropout is active. Every one takes the same masks, causal alignment,
+            grouped heads, RoPE, QK-norm and cache, and gives the same outputs and gradients up
+            to float rounding.
+        dropout_rate: probability of zeroing each attention weight (after the softmax; the
+            kept ones are scaled by ``1 / (1 - rate)``) in calls with ``is_training=True``, in
+            ``[0, 1)``. Needs ``rng``; each such call draws one key from it. Only the ``blocked``
+            core applies it (``jax.nn.dot_product_attention`` has no dropout), so a rate above
+            0 with ``implementation='xla'`` or ``'cudnn'`` is refused; ``auto`` runs
+            ``blocked`` while dropping and its usual choice otherwise. The masks depend on the
+            key and on ``causal_block`` (each block of query rows folds its first row into the
+            key), not on anything else.
 
     Params: ``query (D, H, hd)``, ``key (Dkv, KVH, hd)``, ``value (Dkv, KVH, hd)``,
     ``out (H, hd, output_size)``; with ``qk_norm`` also ``query_norm/scale`` and
@@ -115,6 +126,10 @@ class MultiHeadAttention(Module):
     causally over everything written so far, rotates by the absolute positions
     ``cache_index + 0..T-1`` and advances the index. A prompt can be fed at once (prefill), then
     one token per call; the outputs equal those of one uncached causal call on the whole sequence.
+
+    Dropout: with ``dropout_rate > 0`` every call says whether it trains, ``is_training=True``
+    (drops, draws a key) or ``False`` (the plain layer); leaving it out is an error, as for
+    ``MLP`` and ``Dropout``.
 
     Example:
         >>> import jax.numpy as jnp
@@ -154,6 +169,7 @@ class MultiHeadAttention(Module):
         param_dtype: Any = jnp.float32,
         causal_block: int | None = None,
         implementation: str = "auto",
+        dropout_rate: float = 0.0,
     ) -> None:
         super().__init__(graph)
         if implementation not in IMPLEMENTATIONS:
@@ -163,6 +179,7 @@ class MultiHeadAttention(Module):
                 f"{did_you_mean(str(implementation), IMPLEMENTATIONS)}"
             )
         self.implementation = implementation
+        self.dropout_rate = self._check_dropout(dropout_rate, implementation, rng)
         num_heads = positive_int(num_heads, "num_heads", self)
         self.causal_block = (
             None if causal_block is None else positive_int(causal_block, "causal_block", self)
@@ -205,6 +222,27 @@ class MultiHeadAttention(Module):
                 )
                 for name in ("query_norm", "key_norm")
             )
+
+    def _check_dropout(self, rate: Any, implementation: str, rng: Rng | None) -> float:
+        if not _is_rate(rate):
+            raise ValueError(
+                f"{self.name}: dropout_rate must be in [0, 1), got {rate!r}. It is the "
+                "probability of zeroing an attention weight; 0 turns dropout off."
+            )
+        rate = float(rate)
+        if rate > 0 and implementation in ("xla", "cudnn"):
+            raise ValueError(
+                f"{self.name}: dropout_rate={rate} needs the blocked attention core, but "
+                f"implementation={implementation!r} runs jax.nn.dot_product_attention, which has "
+                "no dropout. Use implementation='auto' (blocked while dropping, the backend's "
+                "best otherwise) or 'blocked', or dropout_rate=0."
+            )
+        if rate > 0 and rng is None:
+            raise RngError(
+                f"{self.name}: dropout_rate={rate} needs an Rng to draw its masks. Pass the "
+                "model's: bx.MultiHeadAttention(graph / 'attn', ..., rng=rng, dropout_rate=rate)."
+            )
+        return rate
 
     def _check_metadata(self, metadata: Any) -> dict[str, Any]:
         metadata = dict(metadata or {})
@@ -251,7 +289,10 @@ class MultiHeadAttention(Module):
         mask: jax.Array | None = None,
         causal: bool = False,
         decode: bool = False,
+        *,
+        is_training: bool | None = None,
     ) -> tuple[jax.Array, Params]:
+        """Attend; see the class. ``is_training`` switches dropout (required with a rate > 0)."""
         x = jnp.asarray(x)
         kv = x if kv is None else jnp.asarray(kv)
         if x.ndim < 2 or kv.ndim < 2:
@@ -275,13 +316,28 @@ class MultiHeadAttention(Module):
             q, params = self.query_norm(params, q)
             k, params = self.key_norm(params, k)
         T, S = q.shape[-3], k.shape[-3]
+        drop_key = None
+        if self._dropping(is_training):
+            assert self.rng is not None  # checked in __init__
+            drop_key, params = self.rng(params)
         if decode:
-            return self._decode(params, q, k, v, mask, x)
+            return self._decode(params, q, k, v, mask, x, drop_key)
         if self.use_rope:
             q = rope(q, jnp.arange(T), self.rope_base)
             k = rope(k, jnp.arange(S), self.rope_base)
-        out = self._attend(q, k, v, self._mask(mask, q.shape[:-3], T, S), causal)
+        out = self._attend(q, k, v, self._mask(mask, q.shape[:-3], T, S), causal, drop_key)
         return self._output(params, out, self.output_size or x.shape[-1])
+
+    def _dropping(self, is_training: bool | None) -> bool:
+        """Whether this call drops attention weights (``is_training`` checked to be static)."""
+        if self.dropout_rate == 0.0:
+            return False
+        if is_training is None:
+            raise TypeError(
+                f"{self.name} has dropout_rate={self.dropout_rate}, so its call needs "
+                "is_training=True (training: drops) or False (evaluation, decoding: does not)."
+            )
+        return static_flag(is_training, "is_training", self)
 
     def init_cache(
         self, params: Params, batch_shape: tuple[int, ...], max_length: int, dtype: Any = None
@@ -325,7 +381,14 @@ class MultiHeadAttention(Module):
         return k, v, i
 
     def _decode(
-        self, params: Params, q: jax.Array, k: jax.Array, v: jax.Array, mask: Any, x: jax.Array
+        self,
+        params: Params,
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        mask: Any,
+        x: jax.Array,
+        drop_key: jax.Array | None,
     ) -> tuple[jax.Array, Params]:
         """Append ``k``/``v`` at the cache index and attend causally over the filled cache."""
         cache_k, cache_v, index = self._cache(params)
@@ -348,14 +411,22 @@ class MultiHeadAttention(Module):
         visible = jnp.arange(S)[None, :] <= positions[:, None]  # (T, S)
         user = None if mask is None else jnp.asarray(mask).astype(bool) & visible
         full = self._mask(visible if user is None else user, q.shape[:-3], T, S)
-        out = self._attend(q, cache_k.astype(q.dtype), cache_v.astype(v.dtype), full, False)
+        out = self._attend(
+            q, cache_k.astype(q.dtype), cache_v.astype(v.dtype), full, False, drop_key
+        )
         params = self.set_param(params, "cache_key", cache_k)
         params = self.set_param(params, "cache_value", cache_v)
         params = self.set_param(params, "cache_index", index + T)
         return self._output(params, out, self.output_size or x.shape[-1])
 
     def _attend(
-        self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None, causal: bool
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        mask: jax.Array | None,
+        causal: bool,
+        drop_key: jax.Array | None = None,
     ) -> jax.Array:
         """Softmax attention of ``q (..., T, H, hd)`` over ``k``, ``v`` ``(..., S, KVH, hd)``.
 
@@ -363,9 +434,11 @@ class MultiHeadAttention(Module):
         heads, ``(..., KVH, G, T, S)`` with them (see ``_mask``). The products run heads-major,
         ``(..., H, T, hd)``, as batched matmuls over contiguous heads. Causal attention runs in
         blocks of query rows (``causal_block``), each over the keys up to its last row only: the
-        skipped keys are the ones the causal mask would zero, so the result is the same.
+        skipped keys are the ones the causal mask would zero, so the result is the same. With
+        ``drop_key`` the softmax weights of each block are dropped with a mask drawn from
+        ``fold_in(drop_key, first row of the block)``.
         """
-        implementation = self._implementation(q, k)
+        implementation = self._implementation(q, k, dropping=drop_key is not None)
         if implementation != "blocked":
             return self._attend_fused(q, k, v, mask, causal, cast(_Fused, implementation))
         T, S = q.shape[-3], k.shape[-3]
@@ -395,15 +468,26 @@ class MultiHeadAttention(Module):
                 block_mask = seen if block_mask is None else block_mask & seen
             if block_mask is not None:
                 logits = jnp.where(block_mask, logits, jnp.finfo(jnp.float32).min)
-            weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+            weights = jax.nn.softmax(logits, axis=-1)
+            if drop_key is not None:
+                weights = self._drop(jax.random.fold_in(drop_key, start), weights)
+            weights = weights.astype(v.dtype)
             outs.append(jnp.einsum(combine, weights, v[..., :keys, :]))
         out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=-2)
         if groups > 1:
             out = out.reshape(*out.shape[:-4], self.num_heads, T, self.head_dim)
         return jnp.moveaxis(out, -2, -3)
 
-    def _implementation(self, q: jax.Array, k: jax.Array) -> str:
+    def _drop(self, key: jax.Array, weights: jax.Array) -> jax.Array:
+        """Zero each weight with probability ``dropout_rate``, scale the kept ones up."""
+        keep = jax.random.bernoulli(key, 1.0 - self.dropout_rate, weights.shape)
+        return jnp.where(keep, weights / (1.0 - self.dropout_rate), 0.0)
+
+    def _implementation(self, q: jax.Array, k: jax.Array, dropping: bool = False) -> str:
         """``implementation`` with ``auto`` resolved; ``cudnn`` refused off GPU, by its name.
+
+        While dropping, ``auto`` is ``blocked``: the only core that applies dropout (``xla`` and
+        ``cudnn`` with a dropout rate are refused in ``__init__``).
 
         ``auto`` is the measured best per backend (benchmarks/gpt/RESULTS.md and RESULTS-gpu.md):
         ``cudnn`` on a GPU for 16-bit self-attention (queries as long as the keys) with a head
@@ -419,6 +503,8 @@ class MultiHeadAttention(Module):
             )
         if self.implementation != "auto":
             return self.implementation
+        if dropping:
+            return "blocked"
         fused_ok = (
             backend == "gpu"
             and q.dtype in (jnp.bfloat16, jnp.float16)
