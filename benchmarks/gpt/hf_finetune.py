@@ -63,6 +63,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--seq-len", type=int, default=0, help="context; 0 = the shape's")
     args = parser.parse_args()
     os.environ.setdefault("WANDB_MODE", "disabled")
 
@@ -88,7 +89,7 @@ def main() -> None:
         PRESETS["gpt2-small"].model,
         vocab_size=-(-tok.vocab_size // 64) * 64,
         vocab_real=tok.vocab_size if tok.vocab_size % 64 else 0,
-        **SHAPES[args.shape],
+        **{**SHAPES[args.shape], **({"seq_len": args.seq_len} if args.seq_len else {})},
     )
     params = init_params(model, jax.random.key(0))
     n_params = sum(p.value.size for p in params.values())
