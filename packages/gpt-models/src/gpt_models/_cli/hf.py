@@ -32,7 +32,7 @@ def export_parser(p: argparse.ArgumentParser) -> None:
 def import_command(args: argparse.Namespace) -> int:
     """``gpt import``: a run folder at step 0 from a Hugging Face folder."""
     from .._runs.folders import check_run_name
-    from .._runs.hf import import_run
+    from .._runs.hf_run import import_run
 
     run = import_run(args.source, Path(args.out) / check_run_name(args.name), dtype=args.dtype)
     print(f"imported {args.source} into {run} (step 0); try: gpt eval --run {run}")
