@@ -1,4 +1,4 @@
-"""``gpt import DIR --name NAME`` and ``gpt export RUN OUT_DIR``: Hugging Face folders (``_runs/hf.py``)."""
+"""``gpt import DIR --name NAME`` and ``gpt export RUN OUT_DIR``: Hugging Face folders (``_runs/hf*.py``)."""
 
 from __future__ import annotations
 
