@@ -23,7 +23,8 @@ class TrainingDivergedError(RuntimeError):
 
 
 class OutOfMemoryError(UsageError, MemoryError):
-    """The train step needs more memory than the devices have (host RAM on CPU).
+    """The train step (or the program of ``gpt sample``/``gpt eval``) needs more memory than the
+    devices have (host RAM on CPU).
 
     Raised by the memory pre-flight before anything is written, or when XLA reports ``Out of
     memory`` while running; the message gives both numbers and settings that fit. The CLI exits

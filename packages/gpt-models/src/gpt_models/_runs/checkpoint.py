@@ -65,7 +65,7 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True
         )
-        with _Captured():  # orbax logs each damaged step it lists; restore() reports them once
+        with CapturedLogs():  # orbax logs each damaged step it lists; restore() reports them once
             self._manager = _open_manager(self.directory, options)
         self.skipped: list[int] = []  # steps the last restore could not read
         self._digests = True
@@ -145,7 +145,7 @@ class Checkpointer:
         """
         _check_item_names(targets)
         self.skipped = []
-        with _Captured() as self._details:
+        with CapturedLogs() as self._details:
             return self._restore(targets, step)
 
     def _restore(
@@ -253,8 +253,9 @@ def _open_manager(directory: Path, options: ocp.CheckpointManagerOptions) -> ocp
 ERRORS_LOG = "restore-errors.log"
 
 
-class _Captured(logging.Filter):
-    """Orbax's log lines while a restore runs: kept for the log file, not printed.
+class CapturedLogs(logging.Filter):
+    """Orbax's (absl's) log lines while a restore, or the clean-up after a failed run, runs: kept
+    for the log file, not printed.
 
     A damaged step makes orbax and tensorstore log errors (and their background threads whole
     tracebacks) before the exception reaches us; printed, they buried the one message that says
@@ -269,7 +270,7 @@ class _Captured(logging.Filter):
         self.lines.append(logging.Formatter("%(levelname)s %(name)s: %(message)s").format(record))
         return False
 
-    def __enter__(self) -> _Captured:
+    def __enter__(self) -> CapturedLogs:
         logging.getLogger("absl").addFilter(self)
         return self
 

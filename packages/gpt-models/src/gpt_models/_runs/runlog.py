@@ -46,11 +46,13 @@ def append_inside(folder: Path, name: str, text: str) -> Path | None:
     return folder / name
 
 
-def log_failure(run: Path, step: int | None, err: BaseException, *, chain: bool) -> Path | None:
+def log_failure(run: Path, step: int | None, err: BaseException, *, chain: bool,
+                lines: list[str] | None = None) -> Path | None:  # fmt: skip
     """Append ``err`` to ``run/errors.log``: time, step, message, and with ``chain`` the traceback.
 
     ``step``: the last step the run started (``None``: before the first). ``chain``: add the
     traceback chain (for a crash; a diverged or interrupted run's message is the whole story).
+    ``lines``: what the libraries logged while the run stopped (added after the chain).
     Returns the log's path, or ``None`` where it could not be written.
     """
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -59,4 +61,6 @@ def log_failure(run: Path, step: int | None, err: BaseException, *, chain: bool)
     entry = f"--- {when} {at} {type(err).__name__}: {message}\n"
     if chain:
         entry += "".join(traceback.format_exception(err))
+    if lines:
+        entry += "While stopping, the libraries logged:\n" + "".join(f"{x}\n" for x in lines)
     return append_inside(run, ERRORS_LOG, entry)

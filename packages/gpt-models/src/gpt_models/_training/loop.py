@@ -40,7 +40,7 @@ from .._errors import (
 )
 from .._model.attention import check_attention
 from .._model.gpt import compute_dtype, flops_per_token
-from .._runs.checkpoint import Checkpointer
+from .._runs.checkpoint import CapturedLogs, Checkpointer
 from .._runs.diskfull import disk_full_message
 from .._runs.folders import check_run_target, write_text
 from .._runs.lock import run_lock
@@ -148,7 +148,7 @@ def train(
     # into one run folder only one gets past this line (process 0 writes the folder for all).
     with run_lock(run, stream=stream) if is_primary() else contextlib.nullcontext():
         ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints)
-        at: dict[str, int] = {}  # the step the loop was at, for the run's error log
+        at: dict[str, Any] = {}  # the loop's step and clean-up log lines, for the run's error log
         try:
             return _run_steps(
                 cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt,
@@ -159,7 +159,7 @@ def train(
             if typed is not None:
                 typed.__cause__ = err
             if is_primary():
-                _log_failure(run, at.get("step"), typed or err)
+                _log_failure(run, at.get("step"), typed or err, at.get("clean-up", []))
             if typed is None:
                 raise
             raise typed from err
@@ -244,11 +244,13 @@ def _typed_error(err: Exception, plan: Plan, run: Path) -> Exception | None:
     return None
 
 
-def _log_failure(run: Path, step: int | None, err: BaseException) -> None:
+def _log_failure(run: Path, step: int | None, err: BaseException, lines: list[str]) -> None:
     # A diverged, interrupted or refused run says everything in its message; a crash (or a full
-    # disk, an out-of-memory) keeps its traceback chain in the log for whoever debugs it.
+    # disk, an out-of-memory) keeps its traceback chain in the log for whoever debugs it, with
+    # what orbax logged while stopping.
     told = (UsageError, TrainingDivergedError, TrainingInterrupted, KeyboardInterrupt)
-    log_failure(run, step, err, chain=not isinstance(err, told) or isinstance(err, OutOfMemoryError))
+    chain = not isinstance(err, told) or isinstance(err, OutOfMemoryError)
+    log_failure(run, step, err, chain=chain, lines=lines if chain else [])
 
 
 def _check_metrics(run: Path) -> None:
@@ -321,7 +323,7 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abst
 def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: bool, mesh: Mesh,
            dataset: Dataset, optimizer: Any, abstract: Any, ckpt: Checkpointer,
            step_fn: Any, profile: tuple[int, int] | None = None,
-           at: dict[str, int] | None = None) -> RunResult:  # fmt: skip
+           at: dict[str, Any] | None = None) -> RunResult:  # fmt: skip
     state, start = _restore_or_init(cfg, resume, optimizer, mesh, abstract, ckpt, stream)
     loop = _Loop(cfg, run, mesh, dataset, abstract, ckpt, start, stream, step_fn)
     loop.at = at if at is not None else {}
@@ -365,11 +367,14 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
 def _close_after(loop: _Loop, err: BaseException) -> None:
     # The loop failed: still finish pending writes and flush metrics, but a clean-up that fails in
     # turn (no metrics folder yet when the first step ran out of memory) must not replace the real
-    # error; it becomes a note on it.
-    try:
-        loop.close()
-    except Exception as later:  # reported on the first error instead
-        err.add_note(f"(While stopping, clean-up also failed: {type(later).__name__}: {later})")
+    # error; it becomes a note on it. Orbax's own reports of the same failure while its writers
+    # wind down (a lost peer's barrier, a full disk) go to the run's error log, not the terminal.
+    with CapturedLogs() as captured:
+        try:
+            loop.close()
+        except Exception as later:  # reported on the first error instead
+            err.add_note(f"(While stopping, clean-up also failed: {type(later).__name__}: {later})")
+    loop.at["clean-up"] = captured.lines
 
 
 def _meta(cfg: Config, step: int, dataset: Dataset) -> dict[str, Any]:
@@ -413,7 +418,7 @@ class _Loop:
         )  # fmt: skip
         self.loss = self.val = math.nan
         self.eval_seconds = 0.0  # of the last record(): kept out of the step-time split
-        self.at: dict[str, int] = {}  # "step": the step running (for train's error log)
+        self.at: dict[str, Any] = {}  # the step running and clean-up logs (train's error log)
         # No range here: _run_steps sets one from `train(profile=...)`.
         self.profiler = StepProfiler(None, run / "profile", self.stream)
 
