@@ -13,8 +13,10 @@ def _params(run):
     return jax.tree.map(np.asarray, load_run(run)[1])
 
 
-def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys, gpt_train):
-    assert gpt_train() == 0
+# With model.dropout the masks are keyed by the run's rng and the step: the resume stays exact.
+@pytest.mark.parametrize("dropout", ["0", "0.1"], ids=["no-dropout", "dropout"])
+def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys, gpt_train, dropout):
+    assert gpt_train("--set", f"model.dropout={dropout}") == 0
     run = tmp_path / "run"
     out = capsys.readouterr()
     assert "--- sample ---" in out.out and "val loss" in out.out
@@ -25,7 +27,7 @@ def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys, gpt_train):
         6,
     ]
     cfg = load_config(str(run / "config.toml"))
-    assert cfg.train.steps == 6 and cfg.model.d_model == 32
+    assert cfg.train.steps == 6 and cfg.model.d_model == 32 and cfg.model.dropout == float(dropout)
 
     assert main(["eval", "--run", str(run)]) == 0
     assert capsys.readouterr().out.startswith("val_loss ")

@@ -205,12 +205,15 @@ def test_train_init_from_a_hf_folder_starts_at_its_weights(tmp_path, capsys):
     source = _source_folder(tmp_path)
     args = ["train", "--init-from", str(source), "--out", str(tmp_path), "--name", "ft",
             "--set", "train.steps=3", "--set", "train.batch_size=8", "--set",
-            "train.eval_batches=1", "--set", "sample.max_new_tokens=4"]  # fmt: skip
+            "train.eval_batches=1", "--set", "sample.max_new_tokens=4",
+            "--set", "model.dropout=0.1"]  # fmt: skip
     assert main(args) == 0
     cfg, params, step = load_run(tmp_path / "ft")
     src_cfg, src = import_hf(source)
-    # The source's architecture; scan_layers (how, not what) comes from the base config (tiny).
-    assert step == 3 and cfg.model == dataclasses.replace(src_cfg.model, scan_layers=False)
+    # The source's architecture; scan_layers (how, not what) comes from the base config (tiny),
+    # dropout (a training option, not the architecture) from --set.
+    expected = dataclasses.replace(src_cfg.model, scan_layers=False, dropout=0.1)
+    assert step == 3 and cfg.model == expected
     assert cfg.train.init_from == str(source.absolute())
     assert f'init_from = "{source.absolute()}"' in (tmp_path / "ft" / "config.toml").read_text()
     key = ("gpt", "model", "pos_embed", "embedding")

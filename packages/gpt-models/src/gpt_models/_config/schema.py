@@ -78,6 +78,9 @@ class ModelConfig:
         bias: biases on the query/key/value, attention-output, MLP-in and MLP-out projections
             (GPT-2 has them, Llama not).
         norm_eps: epsilon of every LayerNorm/RMSNorm (GPT-2: 1e-5; Llama: 1e-5 or 1e-6).
+        dropout: probability of zeroing the embedding output, the attention probabilities and
+            each residual branch's output, in training only (eval and sampling never drop), in
+            [0, 1); 0 = off. The masks follow the run's seed and the step, so a resume is exact.
     """
 
     vocab_size: int = 256
@@ -103,6 +106,7 @@ class ModelConfig:
     bias: bool = False
     norm_eps: float = 1e-6
     vocab_real: int = 0
+    dropout: float = 0.0
 
     @property
     def real_vocab(self) -> int:
@@ -369,6 +373,18 @@ def _range_problems(cfg: Config) -> list[str]:
             problems.append(f"{key} = {value} must be a finite number >= 0")
     if not (math.isfinite(m.rope_theta) and m.rope_theta > 0):
         problems.append(f"model.rope_theta = {m.rope_theta} must be a finite number > 0")
+    if not 0.0 <= m.dropout < 1.0:
+        problems.append(
+            f"model.dropout = {m.dropout} must be in [0, 1): the probability of zeroing an "
+            "activation in training, e.g. 0.1 (0 = off; 1 would zero everything)"
+        )
+    elif m.dropout > 0 and m.attention in ("xla", "cudnn"):
+        problems.append(
+            f"model.dropout = {m.dropout} needs the blocked attention core, but model.attention "
+            f"= {m.attention!r} runs jax.nn.dot_product_attention, which has no dropout. Fix: "
+            "--set model.attention=auto (blocked while training, the backend's best otherwise) "
+            "or --set model.attention=blocked, or --set model.dropout=0"
+        )
     return problems
 
 

@@ -86,10 +86,12 @@ class _Common:
 
 
 class Block(bx.Module):
-    """Pre-norm transformer block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``.
+    """Pre-norm transformer block: ``x + drop(attn(norm(x)))``, then ``x + drop(mlp(norm(x)))``.
 
-    ``y, params = block(params, x, decode=False, constrain=...)``; ``constrain(x, logical_axes)``
-    places the residual stream it returns (the trainer passes ``paramspec.constrain``).
+    ``y, params = block(params, x, decode=False, is_training=False, constrain=...)``;
+    ``constrain(x, logical_axes)`` places the residual stream it returns (the trainer passes
+    ``paramspec.constrain``). With ``model.dropout`` and ``is_training=True`` the attention
+    probabilities and both branch outputs are dropped, each with its own key from ``rng``.
     """
 
     def __init__(self, graph: bx.Graph, cfg: ModelConfig, rng: bx.Rng) -> None:
@@ -109,6 +111,7 @@ class Block(bx.Module):
             qk_norm=cfg.qk_norm,
             use_bias=cfg.bias,
             implementation=cfg.attention,
+            dropout_rate=cfg.dropout,
             metadata={
                 "query": _axes("embed", "heads", "head_dim"),
                 "key": _axes("embed", "kv_heads", "head_dim"),
@@ -124,6 +127,7 @@ class Block(bx.Module):
             dtype=c.dtype,
             param_dtype=c.param_dtype,
         )
+        self.drop = bx.Dropout(graph / "drop", cfg.dropout, rng=rng)  # no params: used twice
         self.mlp_norm = c.norm(graph / "mlp_norm")
         self.mlp = bx.MLP(
             graph / "mlp",
@@ -140,22 +144,34 @@ class Block(bx.Module):
         )
 
     def __call__(
-        self, params: bx.Params, x: Array, *, decode: bool = False, constrain: Any = _no_constraint
+        self,
+        params: bx.Params,
+        x: Array,
+        *,
+        decode: bool = False,
+        is_training: bool = False,
+        constrain: Any = _no_constraint,
     ) -> tuple[Array, bx.Params]:
         h, params = self.attn_norm(params, x)
-        h, params = self.attn(params, h, causal=True, decode=decode)
+        h, params = self.attn(params, h, causal=True, decode=decode, is_training=is_training)
+        h, params = self.drop(params, h, is_training=is_training)
         x = x + h
         h, params = self.mlp_norm(params, x)
         h, params = self.mlp(params, h)
+        h, params = self.drop(params, h, is_training=is_training)
         return constrain(x + h, RESIDUAL), params
 
 
 class GPT(bx.Module):
     """The whole model: token (and position) embeddings, repeated blocks, final norm, unembedding.
 
-    ``logits, params = model(params, tokens, positions=None, decode=False, constrain=...)``:
-    logits ``(B, T, vocab)`` in float32. ``decode=True`` reads and advances the KV cache that
-    :meth:`init_cache` adds to ``params``. Build one with :func:`gpt` (cached per config).
+    ``logits, params = model(params, tokens, positions=None, decode=False, is_training=False,
+    constrain=...)``: logits ``(B, T, vocab)`` in float32. ``decode=True`` reads and advances the
+    KV cache that :meth:`init_cache` adds to ``params``. ``is_training=True`` applies
+    ``model.dropout`` (to the embedding output, the attention probabilities and each residual
+    branch), drawing its keys from ``model.rng``, which ``params`` must then hold
+    (:func:`loss_fn` seeds it from its ``dropout_key``). Build one with :func:`gpt` (cached per
+    config).
 
     Example:
         >>> import jax, jax.numpy as jnp, dataclasses
@@ -194,6 +210,7 @@ class GPT(bx.Module):
                 dtype=c.dtype,
                 param_dtype=c.param_dtype,
             )
+        self.embed_drop = bx.Dropout(graph / "embed_drop", cfg.dropout, rng=self.rng)
         blocks = graph / "blocks"
         self.block = Block(blocks / "block", cfg, self.rng)
         self.blocks = bx.Repeat(
@@ -227,6 +244,7 @@ class GPT(bx.Module):
         *,
         positions: Array | None = None,
         decode: bool = False,
+        is_training: bool = False,
         constrain: Any = _no_constraint,
     ) -> tuple[Array, bx.Params]:
         cfg = self.cfg
@@ -236,7 +254,11 @@ class GPT(bx.Module):
         if self.pos_embed is not None:
             pos, params = self.pos_embed(params, positions)
             x = x + pos
-        x, params = self.blocks(params, constrain(x, RESIDUAL), decode=decode, constrain=constrain)
+        # Dropped after the placement: the mask is drawn where the stream's shards live.
+        x, params = self.embed_drop(params, constrain(x, RESIDUAL), is_training=is_training)
+        x, params = self.blocks(
+            params, x, decode=decode, is_training=is_training, constrain=constrain
+        )
         x, params = self.final_norm(params, x)
         if self.unembed is None:
             logits, params = self.embed.attend(params, x)
@@ -334,11 +356,20 @@ def forward(params: bx.Params, tokens: Array, config: Any) -> Array:
     return gpt(config)(params, tokens)[0]
 
 
-def loss_fn(params: bx.Params, batch: Array, config: Any, constrain: Any = _no_constraint) -> Array:
+def loss_fn(
+    params: bx.Params,
+    batch: Array,
+    config: Any,
+    constrain: Any = _no_constraint,
+    *,
+    dropout_key: Array | None = None,
+) -> Array:
     """Mean next-token cross-entropy (nats per token) of ``batch: (B, T + 1)``.
 
     ``constrain(x, logical_axes)`` places activations (the trainer passes ``paramspec.constrain``
-    with its mesh and rules).
+    with its mesh and rules). ``dropout_key`` (a ``jax.random.key``) makes it a training loss:
+    with ``model.dropout > 0`` the model's Rng is seeded with it and the forward pass drops; the
+    same key gives the same masks. Without it (evaluation) nothing is dropped.
 
     Example:
         >>> import jax, dataclasses, math
@@ -350,7 +381,11 @@ def loss_fn(params: bx.Params, batch: Array, config: Any, constrain: Any = _no_c
         True
     """
     inputs, targets = batch[:, :-1], batch[:, 1:]
-    logits = gpt(config)(params, inputs, constrain=constrain)[0]
+    model = gpt(config)
+    training = dropout_key is not None and model.cfg.dropout > 0
+    if training:  # the Rng state lives only inside this call: not trained, saved or sharded
+        params = params.merge(model.rng.seed(bx.Params(), seed=dropout_key))
+    logits = model(params, inputs, is_training=training, constrain=constrain)[0]
     logz = jax.nn.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return (logz - picked).mean()

@@ -21,8 +21,9 @@ from .._runs.folders import load_run
 from .._runs.hf import import_hf, read_hf_config
 from .step import TrainState, _replicated, abstract_state, state_shardings
 
-# Model keys that may differ from the source: how the same weights are computed or stored.
-FREE_KEYS = ("dtype", "param_dtype", "remat", "scan_layers", "init_std")
+# Model keys that may differ from the source: how the same weights are computed, stored or
+# regularised in training (dropout).
+FREE_KEYS = ("dtype", "param_dtype", "remat", "scan_layers", "init_std", "dropout")
 ARCH_KEYS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name not in FREE_KEYS)
 
 

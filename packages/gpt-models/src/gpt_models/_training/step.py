@@ -30,7 +30,9 @@ class TrainState:
     """Everything a resumed run needs besides the config: params, optimizer state, step and RNG.
 
     ``rng`` is raw key data (``uint32[2]``) so that orbax can store it; the data position is the step
-    itself, because batches are a pure function of ``(train.seed, step)``.
+    itself, because batches are a pure function of ``(train.seed, step)``. Dropout keys are
+    ``fold_in(fold_in(rng, step), micro_batch)`` (:func:`dropout_key`), so a resumed run draws
+    the masks the uninterrupted one would have.
     """
 
     params: Any
@@ -226,6 +228,20 @@ def init_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh)
 # Steps
 
 
+def dropout_key(rng: jax.Array, step: jax.Array, micro_batch: Any) -> jax.Array:
+    """The dropout key of one micro-batch of one step: a function of the state's ``rng`` and step.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> rng = jax.random.key_data(jax.random.key(0))
+        >>> a, b = dropout_key(rng, jnp.int32(3), 0), dropout_key(rng, jnp.int32(3), 0)
+        >>> bool((jax.random.key_data(a) == jax.random.key_data(b)).all())
+        True
+    """
+    key = jax.random.fold_in(jax.random.wrap_key_data(rng), step)
+    return jax.random.fold_in(key, micro_batch)
+
+
 def train_step(
     state: TrainState,
     batch: jax.Array,
@@ -237,21 +253,28 @@ def train_step(
     """One optimizer step on ``batch: (grad_accum, micro_batch, seq_len + 1)``.
 
     Gradients are averaged over the micro-batches by a ``lax.scan`` (memory of one micro-batch).
+    With ``model.dropout > 0`` each micro-batch's loss drops with :func:`dropout_key`; at 0 the
+    step draws no key (the computation is the one without dropout).
     Logs (through ``lox.log``): ``micro_loss`` per micro-batch; ``loss``, ``grad_norm`` and ``lr``
     once per step, with ``step=`` metadata.
     """
     grad_fn = jax.value_and_grad(functools.partial(loss_fn, config=cfg.model, constrain=constrain))
+    dropping = cfg.model.dropout > 0
 
-    def micro(acc: Any, mb: jax.Array) -> tuple[Any, jax.Array]:
-        loss, grads = grad_fn(state.params, mb)
+    def micro(acc: Any, mb_and_index: tuple[jax.Array, Any]) -> tuple[Any, jax.Array]:
+        mb, index = mb_and_index
+        key = dropout_key(state.rng, state.step, index) if dropping else None
+        loss, grads = grad_fn(state.params, mb, dropout_key=key)
         lox.log({"micro_loss": loss})
         return jax.tree.map(jnp.add, acc, grads), loss
 
     n = batch.shape[0]
+    zeros = jax.tree.map(jnp.zeros_like, state.params)
     if n == 1:  # no scan for the common case: one less loop for XLA to see through
-        grads, losses = micro(jax.tree.map(jnp.zeros_like, state.params), batch[0])
+        grads, losses = micro(zeros, (batch[0], 0))
     else:
-        grads, losses = jax.lax.scan(micro, jax.tree.map(jnp.zeros_like, state.params), batch)
+        indices = jnp.arange(n) if dropping else None  # None: the scan without dropout's input
+        grads, losses = jax.lax.scan(micro, zeros, (batch, indices))
     grads = jax.tree.map(lambda g: g / n, grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
