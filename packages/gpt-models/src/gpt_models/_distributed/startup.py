@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NoReturn, TextIO
 
 # Exit status of a multi-process failure: start-up timed out, or a peer was lost. Distinct from 2
@@ -166,9 +167,11 @@ def exit_on_lost_peer(err: BaseException, run: object, stream: TextIO | None = N
     me, n = jax.process_index(), jax.process_count()
     lost = f"process {1 - me}" if n == 2 else "another process"
     detail = " ".join(str(err).split())[:300]
+    log = Path(str(run), "errors.log")
+    details = f" The full error chain: {log}." if me == 0 and log.is_file() else ""
     _fail(
         f"process {me} of {n} lost contact with {lost} of the run (it died, was stopped or the "
         f"network failed): {detail}\nEvery process stops; the last complete checkpoint in {run} "
-        f"is intact. Restart all {n} processes with `gpt train --resume {run}`.",
+        f"is intact. Restart all {n} processes with `gpt train --resume {run}`.{details}",
         stream,
     )
