@@ -99,3 +99,15 @@ def test_eval_runs_the_step_the_pre_flight_compiled(run, capsys):
     assert "eval step (8 windows of 32 tokens" in capsys.readouterr().out
     assert main(["eval", "--run", str(run)]) == 0
     assert re.fullmatch(r"val_loss \d+\.\d+\n", capsys.readouterr().out)
+
+
+def test_eval_refused_points_to_the_scorer_with_fewer_rows(run, capsys, monkeypatch):
+    # The eval step's rows are the run's micro-batch: the advice is --text @val with a batch that fits.
+    budget = _need(capsys, "eval", "--run", str(run)) - 1
+    monkeypatch.setenv("GPT_MEMORY_BUDGET", str(budget))
+    assert main(["eval", "--run", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "The eval step's 8 rows are the run's micro-batch" in err, err
+    rows = int(re.search(r"--text @val --batch-size N, where --batch-size (\d+) fits in", err)[1])
+    argv = ["eval", "--run", str(run), "--text", "@val", "--batch-size", str(rows)]
+    assert 1 <= rows < 8 and _need(capsys, *argv) <= budget
