@@ -71,3 +71,25 @@ def test_the_log_never_follows_a_link_out_of_the_run(tmp_path, make_config, monk
     with pytest.raises(RuntimeError, match="the device fell over"):
         train(make_config(mesh={"data": -1}), run, stream=io.StringIO(), write_sample=False)
     assert victim.read_text() == "mine\n" and (run / "errors.log").is_symlink()
+
+
+def test_what_orbax_logs_while_failing_goes_to_the_log_not_the_terminal(tmp_path, make_config,
+                                                                         monkeypatch, caplog):  # fmt: skip
+    # As when a peer dies during a save: orbax logs the failed barrier with its traceback, then
+    # raises it from the save; the terminal gets one message, the log gets both.
+    import logging
+
+    from gpt_models._runs.checkpoint import Checkpointer
+
+    def failing_save(self, step, *args, **kwargs):
+        logging.getLogger("absl").error("Save Finalize thread failed.", exc_info=OSError("gone"))
+        raise RuntimeError("INTERNAL: Barrier failed")
+
+    monkeypatch.setattr(Checkpointer, "save", failing_save)
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="Barrier failed"):
+        train(make_config(mesh={"data": -1}), run, stream=io.StringIO(), write_sample=False)
+    log = (run / "errors.log").read_text()
+    assert "While stopping, the libraries logged:\nERROR absl: Save Finalize thread failed." in log
+    assert "OSError: gone" in log
+    assert not [r for r in caplog.records if "Save Finalize" in r.getMessage()]

@@ -265,10 +265,17 @@ class CapturedLogs(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self.lines: list[str] = []
+        self.records: list[logging.LogRecord] = []
 
     def filter(self, record: logging.LogRecord) -> bool:
         self.lines.append(logging.Formatter("%(levelname)s %(name)s: %(message)s").format(record))
+        self.records.append(record)
         return False
+
+    def replay(self) -> None:
+        """Log what was held back after all (the block it guarded went well)."""
+        for record in self.records:
+            logging.getLogger("absl").handle(record)
 
     def __enter__(self) -> CapturedLogs:
         logging.getLogger("absl").addFilter(self)

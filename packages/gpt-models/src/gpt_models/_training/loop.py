@@ -374,7 +374,7 @@ def _close_after(loop: _Loop, err: BaseException) -> None:
             loop.close()
         except Exception as later:  # reported on the first error instead
             err.add_note(f"(While stopping, clean-up also failed: {type(later).__name__}: {later})")
-    loop.at["clean-up"] = captured.lines
+    loop.at.setdefault("clean-up", []).extend(captured.lines)
 
 
 def _meta(cfg: Config, step: int, dataset: Dataset) -> dict[str, Any]:
@@ -503,7 +503,16 @@ class _Loop:
         self.progress.update(done, self.loss, force="val_loss" in extra)
 
     def save(self, step: int, state: Any) -> None:
-        self.ckpt.save(step, to_items(_safe_copy(state)), _meta(self.cfg, step, self.dataset))
+        # A save waits for the previous one; when that failed (a lost peer's barrier), orbax logs
+        # the failure with its traceback before raising it: kept for the run's error log.
+        with CapturedLogs() as captured:
+            try:
+                items, meta = to_items(_safe_copy(state)), _meta(self.cfg, step, self.dataset)
+                self.ckpt.save(step, items, meta)
+            except BaseException:
+                self.at.setdefault("clean-up", []).extend(captured.lines)
+                raise
+        captured.replay()
 
     def close(self) -> None:
         """Runs on success, NaN and signals alike: pending writes finish, metrics are flushed."""
