@@ -172,6 +172,8 @@ def main() -> None:
             pair["gpt"] = run_gpt(shape)
             pair["load_after"] = os.getloadavg()
             results[shape].append(pair)
+            if args.out:  # after every pair: a run cut short keeps what it measured
+                args.out.write_text(json.dumps(results, indent=1))
             t, g = pair.get("torch"), pair["gpt"]
             print(
                 f"{shape}: "
@@ -186,8 +188,6 @@ def main() -> None:
                 + f" | load {pair['load_before'][0]:.2f}->{pair['load_after'][0]:.2f}",
                 flush=True,
             )
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=1))
     if args.plot and "~10M" in results:
         last = results["~10M"][-1]
         runs = {"gpt train": last["gpt"]} | ({"PyTorch": last["torch"]} if "torch" in last else {})
