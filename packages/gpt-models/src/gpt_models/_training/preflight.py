@@ -390,7 +390,9 @@ def _fewest_accum(plan: Plan, budget: int, accums: list[int], remat: str,
     batch = plan.cfg.train.batch_size
     low, high = batch // accums[-1], batch // accums[0]
     per_row = (largest - smallest) / max(high - low, 1)
-    first = next(i for i, g in enumerate(accums) if smallest + per_row * (batch // g - low) <= budget)
+    first = next(
+        i for i, g in enumerate(accums) if smallest + per_row * (batch // g - low) <= budget
+    )
     for g in accums[first:]:
         found = need(g)
         if found is None:
