@@ -91,9 +91,9 @@ def keep_host_memory(keep: bool = True) -> bool:
     Call once the train step is compiled (after its first call): the compiler's garbage is first
     handed back to the system (``malloc_trim``), then glibc serves large blocks from the heap and
     never trims it, so each step's scratch buffer is the previous step's. ``keep_host_memory(False)``
-    undoes it once the steps are over (glibc's defaults again, and the kept heap trimmed), so what
-    runs after training (the final evaluation, sampling: their compiles) does not add to a heap that
-    is never given back; ``gpt train`` does both. Returns whether freed memory is kept now (``keep``
+    undoes it (glibc's defaults again, and the kept heap trimmed), so what runs outside the train
+    steps (evaluations, sampling) does not add its own scratch to a heap that is never given back;
+    ``gpt train`` calls it around each evaluation and after the last step. Returns whether freed memory is kept now (``keep``
     when applied); ``False``, changing nothing, when :func:`tune_host_allocator` did not apply in
     this process.
     """
