@@ -485,9 +485,9 @@ class _Loop:
         self.eval_seconds = 0.0
         if done % t.eval_every == 0 or done == t.steps:
             started = time.perf_counter()
-            # The evaluation's own scratch buffers must not settle in the kept heap (a ~10M run's
-            # peak RSS went from 2.0 to 5.0 GB in its final eval): trim around it, keep again
-            # after (the next step faults its scratch in once).
+            # The evaluation's own scratch buffers are mapped and unmapped as glibc does by default
+            # instead of settling in the kept heap: trim around it, keep again after (the next
+            # step faults its scratch in once).
             keep_host_memory(False)
             self.val = self.progress.val = self.evaluate(state.params)
             extra["val_loss"] = np.array([self.val], np.float32)
