@@ -405,7 +405,9 @@ def test_double_ctrl_c_waits_for_the_save_and_leaves_a_checkpoint(tmp_path):
     assert _steps(run)[-1] == stopped and not _partial(run)
     assert not (run / "lock").exists()
     log = (run / "errors.log").read_text()  # one line: the signal and the step it stopped after
-    assert re.fullmatch(rf"--- \S+Z step \d+ TrainingInterrupted: signal 2 at step {stopped}\n", log)
+    assert re.fullmatch(
+        rf"--- \S+Z step \d+ TrainingInterrupted: signal 2 at step {stopped}\n", log
+    )
     _row("Ctrl-C twice, 50 ms apart", 1, f"saved step {stopped}, exit 130", [time.monotonic() - t0])
 
 
