@@ -77,11 +77,19 @@ MATRIX_TESTS = [
     "integration_tests/test_gpt_training.py",
     "integration_tests/test_paramspec_blox.py",
 ]
-# What `wheels` runs against each installed wheel: every test, except for gpt-models, whose full
-# suite (~7 min here) already runs in `tests` and `floors`; its wheel runs the tests that reach what
-# a wheel can lose (package data: the embedded corpus, presets, the CLI entry point; the layout of
-# its subpackages; the HF and prepare readers of files) and its public API.
+# What `wheels` runs against each installed wheel: every test, except for blox-params and gpt-models,
+# whose full suites (~3 and ~7 min here) already run in `tests` and `floors`; their wheels run the
+# tests that reach what a wheel can lose (package data: the embedded corpus, presets, the CLI entry
+# point, the notebook display; the layout of gpt's subpackages; the HF and prepare readers of
+# files), every bad-input message, and the public API.
 WHEEL_TESTS = {
+    "blox-params": [
+        "test_public_api.py",
+        "test_bad_input.py",
+        "test_display.py",
+        "test_module.py",
+        "test_params.py",
+    ],
     "gpt-models": [
         "test_public_api.py",
         "test_layout.py",
