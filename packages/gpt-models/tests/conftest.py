@@ -1,6 +1,7 @@
 """Small configs and runs for the gpt tests (the environment is the root conftest's)."""
 
 import dataclasses
+import logging
 
 import pytest
 
@@ -13,6 +14,19 @@ SMALL_ARGS = [
     "--set", "train.warmup_steps=1", "--set", "train.eval_every=3", "--set", "train.eval_batches=2",
     "--set", "train.checkpoint_every=3", "--set", "sample.max_new_tokens=8", "--set", "mesh.data=-1",
 ]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _absl_log_level():
+    """Each test starts with absl's log level as it found it.
+
+    `gpt train` silences absl after a full disk (orbax's writers wind down while the process exits);
+    called in-process by one test, that would hide orbax's log lines from every later test.
+    """
+    absl = logging.getLogger("absl")
+    level = absl.level
+    yield
+    absl.setLevel(level)
 
 
 def small_config(**sections) -> Config:

@@ -158,7 +158,9 @@ def train(
             typed = _typed_error(err, plan, run) if isinstance(err, Exception) else None
             if typed is not None:
                 typed.__cause__ = err
-            if is_primary():
+            refused = isinstance(err, (UsageError, ConfigError)) and at.get("step") is None
+            if is_primary() and not (refused and not isinstance(err, OutOfMemoryError)):
+                # A refused launch (e.g. into a run that holds checkpoints) leaves the run as it was.
                 _log_failure(run, at.get("step"), typed or err, at.get("clean-up", []))
             if typed is None:
                 raise
