@@ -19,6 +19,7 @@ import os
 import resource
 import sys
 import time
+from typing import ClassVar
 
 import gpt_models
 
@@ -34,7 +35,7 @@ from cli_peer import SHAPES  # noqa: E402
 
 
 class MallInfo2(ctypes.Structure):
-    _fields_ = [
+    _fields_: ClassVar[list[tuple[str, type]]] = [
         (name, ctypes.c_size_t)
         for name in [
             "arena",
