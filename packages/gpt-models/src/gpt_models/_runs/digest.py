@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,7 @@ class PendingDigest:
 
     def result(self) -> dict[str, dict[str, list[Any]]]:
         """``{item: {path: [dtype, shape, hex]}}``."""
-        device = iter(
+        device: Iterator[Any] = iter(
             np.asarray(self._device.addressable_data(0)) if self._device is not None else []
         )
         out: dict[str, dict[str, list[Any]]] = {}
