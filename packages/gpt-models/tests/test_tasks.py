@@ -15,6 +15,7 @@ from gpt_models import (
     DataError,
     evaluate_task,
     forward,
+    import_hf,
     load_run,
     main,
     train,
@@ -73,6 +74,25 @@ def test_trained_model_beats_chance_and_matches_a_hand_scorer(trained):
     for row, ll in zip(rows, score.loglik, strict=False):
         hand = [_hand_loglik(params, cfg.model, row["context"], c) for c in row["choices"]]
         np.testing.assert_allclose(ll, hand, atol=1e-5, rtol=0)
+
+
+def test_choice_logliks_of_an_imported_gpt2_equal_transformers(tmp_path):
+    """The HF interop golden file holds transformers' logits on two token rows: the log-likelihood
+    of each row's tail after each cut, from those logits, is what evaluate_task gives the import."""
+    gold = np.load(DATA / "hf_gpt2.npz")
+    cfg, params = import_hf(DATA / "hf_gpt2")  # byte tokenizer: ids < 100 are ASCII bytes
+    tokens, logits = gold["tokens"], gold["logits"].astype(np.float64)
+    logp = logits - logits.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    rows, want = [], []
+    for r, cut in [(r, cut) for r in range(len(tokens)) for cut in (4, 8, 12)]:
+        text = [bytes(ids.astype(np.uint8)).decode() for ids in (tokens[r, :cut], tokens[r, cut:])]
+        rows.append({"context": text[0], "choices": [text[1], text[1][::-1]], "label": 0})
+        want.append(logp[r, np.arange(cut - 1, tokens.shape[1] - 1), tokens[r, cut:]].sum())
+    task = tmp_path / "gold.jsonl"
+    task.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    score = evaluate_task(params, cfg, task)
+    np.testing.assert_allclose([ll[0] for ll in score.loglik], want, atol=1e-5, rtol=0)
 
 
 def test_cloze_and_hellaswag_fields(trained, tmp_path):
