@@ -1,7 +1,11 @@
 """Training: the state, optimizer and jitted steps (``step.py``, ``muon.py``), the loop that runs
-them in a run folder (``loop.py``), evaluation and samples of trained params (``evaluate.py``),
-metrics (``logging.py``, ``metrics_csv.py``), progress and MFU (``progress.py``, ``mfu.py``),
-signals (``signals.py``) and the host allocator (``host_memory.py``).
+them in a run folder (``loop.py``), starting from other weights (``init_from.py``), evaluation and
+samples of trained params (``evaluate.py``; windows scored by ``scoring.py`` for whole texts in
+``text_eval.py`` and JSONL tasks in ``tasks.py``), the memory pre-flight of training
+(``preflight.py``) and of sampling and evaluation (``use_preflight.py``), metrics (``logging.py``,
+``metrics_csv.py``), progress and MFU (``progress.py``, ``mfu.py``), the step-time split and
+``--profile`` (``profiling.py``), signals (``signals.py``) and the host allocator
+(``host_memory.py``).
 
 Layer 5 of gpt_models. May import every layer below: ``.._errors``, ``.._config``, ``.._data``,
 ``.._distributed``, ``.._model``, ``.._runs``.
