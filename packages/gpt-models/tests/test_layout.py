@@ -81,3 +81,14 @@ def test_each_room_says_what_it_may_import():
             continue
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
         assert f"Layer {layer}" in doc and "import" in doc, room
+
+
+@pytest.mark.parametrize("room", [r for r in LAYERS if (PACKAGE / r).is_dir()])
+def test_each_room_names_its_modules(room):
+    init = PACKAGE / room / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+    unnamed = [
+        p.name for p in sorted((PACKAGE / room).glob("*.py")) if p.name != "__init__.py"
+        and f"``{p.name}``" not in doc
+    ]  # fmt: skip
+    assert not unnamed, f"{room}/__init__.py's docstring does not say what {unnamed} hold"
