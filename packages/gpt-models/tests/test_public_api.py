@@ -65,7 +65,7 @@ EXPECTED |= {
     "train_batch",
 }
 # CPU throughput (issue 17): the host allocator tuning `gpt train` does, for your own scripts.
-EXPECTED |= {"keep_host_memory", "tune_host_allocator"}
+EXPECTED |= {"await_scratch", "keep_host_memory", "tune_host_allocator"}
 # Evals (issue 25): bits per byte of text files, multiple-choice and cloze task accuracy.
 EXPECTED |= {"TaskScore", "TextScore", "evaluate_task", "evaluate_text"}
 # Corpora larger than memory (issue 23): gpt prepare as a function.

@@ -55,6 +55,7 @@ from ._runs.hf import CheckpointFormatError as CheckpointFormatError
 from ._runs.hf import export_hf as export_hf
 from ._runs.hf import import_hf as import_hf
 from ._runs.lock import RunInUseError as RunInUseError
+from ._training.host_memory import await_scratch as await_scratch
 from ._training.host_memory import keep_host_memory as keep_host_memory
 from ._training.host_memory import tune_host_allocator as tune_host_allocator
 from ._training.loop import RunResult as RunResult

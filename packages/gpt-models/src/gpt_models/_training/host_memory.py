@@ -24,6 +24,8 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
+import time
+from typing import ClassVar
 
 from core_primitives import compat
 
@@ -91,13 +93,14 @@ def keep_host_memory(keep: bool = True) -> bool:
     Call once the train step is compiled (after its first call): the compiler's garbage is first
     handed back to the system (``malloc_trim``), then glibc serves large blocks from the heap and
     never trims it, so each step's scratch buffer is the previous step's. ``keep_host_memory(False)``
-    undoes it (glibc's defaults again, and the kept heap trimmed), so what runs outside the train
-    steps (evaluations, sampling) does not add its own scratch to a heap that is never given back;
-    ``gpt train`` calls it around each evaluation and after the last step. Returns whether freed memory is kept now (``keep``
-    when applied); ``False``, changing nothing, when :func:`tune_host_allocator` did not apply in
-    this process.
+    undoes it (glibc's defaults again) and hands the free memory back (``malloc_trim``, also when
+    nothing was kept), so what runs outside the train steps (evaluations, sampling) does not add
+    its own scratch to a heap that is never given back; ``gpt train`` calls it before the first
+    step, around each evaluation and after the last step. Wrap each kept step in
+    :class:`await_scratch`. Returns whether freed memory is kept now (``keep`` when applied);
+    ``False``, changing nothing, when :func:`tune_host_allocator` did not apply in this process.
     """
-    if not _state["tuned"] or _state["kept"] == keep:
+    if not _state["tuned"] or (keep and _state["kept"]):
         return _state["kept"]
     libc = ctypes.CDLL(None)
     if keep:
@@ -107,11 +110,86 @@ def keep_host_memory(keep: bool = True) -> bool:
             for param, value in ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1))
         )
     else:
-        for param, value in ((_M_MMAP_MAX, _DEFAULT_MMAP_MAX), (_M_TRIM_THRESHOLD, _DEFAULT_TRIM)):
-            libc.mallopt(param, value)
+        if _state["kept"]:
+            for param, value in (
+                (_M_MMAP_MAX, _DEFAULT_MMAP_MAX),
+                (_M_TRIM_THRESHOLD, _DEFAULT_TRIM),
+            ):
+                libc.mallopt(param, value)
         libc.malloc_trim(0)
         _state["kept"] = False
     return _state["kept"]
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_: ClassVar = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                     "uordblks", "fordblks", "keepcost")
+    ]  # fmt: skip
+
+
+def heap_in_use() -> int | None:
+    """Bytes of the kept heap in use (glibc's ``mallinfo2().uordblks``); ``None`` while memory is
+    not kept or where glibc is older than 2.33 (no ``mallinfo2``)."""
+    if not _state["kept"]:
+        return None
+    mallinfo2 = getattr(ctypes.CDLL(None), "mallinfo2", None)
+    if mallinfo2 is None:
+        return None
+    mallinfo2.restype = _MallInfo2
+    return int(mallinfo2().uordblks)
+
+
+class await_scratch:
+    """Around one train step: on leaving, wait until the step's scratch buffer is back in the heap.
+
+    XLA:CPU frees an execution's scratch buffer on its worker thread just *after* the step's
+    outputs become ready. A next step dispatched in that gap asks for its own scratch while the
+    previous one is still taken, and the kept heap (:func:`keep_host_memory`) grows by a whole
+    new buffer that then stays resident: ``gpt train`` on the ~10M peer shape settled at 1.97 GB,
+    or 3.4 or 4.9 GB, depending on when that happened. Wrap each step, from its dispatch to
+    reading its outputs, and the next one starts only once the buffer is free again: the peak is
+    the same from run to run. Leaving polls glibc's in-use heap bytes (``mallinfo2``) until they
+    are within half a scratch buffer of what they were on entering, for at most ``timeout``
+    seconds; it does nothing while memory is not kept, where XLA gives no memory analysis, or on a
+    glibc older than 2.33. ``returned`` says whether the buffer was seen coming back.
+
+    Example:
+        >>> import gpt_models, jax, jax.numpy as jnp
+        >>> step = jax.jit(lambda x: jnp.tanh(x @ x).sum()).lower(jnp.ones((64, 64))).compile()
+        >>> with gpt_models.await_scratch(step) as waited:
+        ...     loss = float(step(jnp.ones((64, 64))))  # dispatch, then read the outputs
+        >>> waited.returned
+        True
+    """
+
+    def __init__(self, compiled_step: object, timeout: float = 0.25) -> None:
+        self.scratch, self.timeout = scratch_bytes(compiled_step), timeout
+        self.before: int | None = None
+        self.returned = True
+
+    def __enter__(self) -> await_scratch:
+        self.before = heap_in_use() if self.scratch > 0 else None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.before is None or exc[0] is not None:
+            return
+        limit, deadline = self.before + self.scratch // 2, time.perf_counter() + self.timeout
+        while (now := heap_in_use()) is not None and now > limit:
+            if time.perf_counter() > deadline:
+                self.returned = False
+                return
+            time.sleep(0.0002)
+
+
+def scratch_bytes(compiled: object) -> int:
+    """The scratch (temporary) bytes of one call of a compiled step; 0 where XLA does not say."""
+    try:
+        return int(compiled.memory_analysis().temp_size_in_bytes)  # type: ignore[attr-defined]
+    except Exception:  # not compiled ahead of time, or a backend without the analysis
+        return 0
 
 
 def tune_host_allocator_for_cli() -> bool:

@@ -46,7 +46,7 @@ from .._runs.folders import check_run_target, write_text
 from .._runs.lock import run_lock
 from .._runs.runlog import log_failure
 from .evaluate import Evaluator, sample_text
-from .host_memory import keep_host_memory
+from .host_memory import await_scratch, keep_host_memory
 from .init_from import check_init_from, init_state_from, source_model
 from .logging import check_tensorboard, check_wandb, make_logger
 from .metrics_csv import write_metrics_csv
@@ -448,16 +448,18 @@ class _Loop:
     def run(self, state: Any, stop: dict[str, int]) -> Any:
         steps, times, clock = self.cfg.train.steps, self.progress.times, time.perf_counter
         batch = self.fetch(self.start) if self.start < steps else None
+        keep_host_memory(False)  # what compiling freed goes back before the first step adds to it
         for step in range(self.start, steps):
             self.at["step"] = step + 1  # counted from 1, as the messages count them
             self.profiler.before(step)
-            t0 = clock()
-            state, logs = self.step_fn(state, batch)
-            t1 = clock()
-            if step + 1 < steps:
-                batch = self.fetch(step + 1)  # overlaps with the step running on the device
-            t2 = clock()
-            logs = host_value(logs)  # waits for the step
+            with await_scratch(self.step_fn):  # its scratch is free before the next step asks
+                t0 = clock()
+                state, logs = self.step_fn(state, batch)
+                t1 = clock()
+                if step + 1 < steps:
+                    batch = self.fetch(step + 1)  # overlaps with the step running on the device
+                t2 = clock()
+                logs = host_value(logs)  # waits for the step
             t3 = clock()
             self.profiler.after(step)  # writing a trace out is no part of the split either
             t4 = clock()
