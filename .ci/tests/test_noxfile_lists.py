@@ -1,7 +1,10 @@
-"""The test files the noxfile names (WHEEL_TESTS) exist: a renamed test must not drop out silently."""
+"""The test files the noxfile names (WHEEL_TESTS, FLOORS_TESTS) exist: a renamed test must not drop
+out silently."""
 
 import ast
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -14,11 +17,31 @@ def _literal(name: str):
     raise AssertionError(f"noxfile.py defines no {name}")
 
 
-def test_every_wheel_test_file_exists():
+@pytest.mark.parametrize("name", ["WHEEL_TESTS", "FLOORS_TESTS"])
+def test_every_listed_test_file_exists(name):
     missing = [
         f"packages/{pkg}/tests/{f}"
-        for pkg, files in _literal("WHEEL_TESTS").items()
+        for pkg, files in _literal(name).items()
         for f in files
         if not (ROOT / "packages" / pkg / "tests" / f).is_file()
+    ]
+    assert missing == []
+
+
+def test_floors_runs_every_package_test_the_matrix_skips_on_the_oldest_jax():
+    # integration(JAX_MATRIX[0]) leaves the packages' MATRIX_TESTS to `floors` (same JAX): a
+    # package with a FLOORS_TESTS sample must hold its matrix files.
+    floors = _literal("FLOORS_TESTS")
+    skipped = [
+        path
+        for pattern in _literal("MATRIX_TESTS")
+        if pattern.startswith("packages/")
+        for path in sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(pattern))
+    ]
+    assert skipped
+    missing = [
+        path
+        for path in skipped
+        if (pkg := path.split("/")[1]) in floors and path.split("/")[-1] not in floors[pkg]
     ]
     assert missing == []
