@@ -12,7 +12,8 @@ outside the timed calls: only the encoder's own time counts), in a child process
 right after. A re-run with the ``gpt prepare`` CLI then verifies the store and does nothing. The
 kill test uses the CLI on the first corpus: killed with SIGKILL halfway (by the uninterrupted
 run's process time), re-run, and its manifest's tokens and shard sha256s compared with the
-uninterrupted store's.
+uninterrupted store's (``--no-kill`` skips it, e.g. for a multi-GB corpus once the test has run
+on a small one).
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def main() -> None:
     ap.add_argument("--tokenizer", default="byte")
     ap.add_argument("--raw-mb", type=float, default=0.0, help="0: the whole corpus")
     ap.add_argument("--work", default=None, help="where the stores go (default: a temp dir)")
+    ap.add_argument("--no-kill", action="store_true", help="skip the kill -9 + re-run test")
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-prepare-"))
     rows = []
@@ -126,6 +128,8 @@ def main() -> None:
         subprocess.run(_prepare(corpus, store, args.tokenizer), check=True, capture_output=True)
         rerun = time.perf_counter() - t
         print(json.dumps({"corpus": corpus, "cli_rerun_verify_s": rerun}), flush=True)
+    if args.no_kill:
+        return
     # kill -9 halfway through the first corpus, then re-run
     corpus, first = args.corpora[0], rows[0]
     whole = json.loads((work / (Path(corpus).name + "-store") / "manifest.json").read_text())
