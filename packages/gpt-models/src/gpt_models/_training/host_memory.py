@@ -12,9 +12,10 @@ allocate from the main heap (alone this changes nothing). Once the steps are com
 and no trimming of the heap: the freed scratch block stays in the process and the next step reuses
 it. Switching only after compiling keeps the compiler's own peak memory out of the kept heap
 (measured in a benchmark loop: peak RSS of the ~10M step 2.1 GB either way; 4.9-6.4 GB when both
-are set at start). The price is memory: small allocations between steps can split the freed block,
-so the heap settles at about two scratch buffers. The default ``gpt train`` (tiny preset) peaks at
-1.94 GB of RSS instead of 1.02 GB, for 16.9k instead of 13.4k tokens/s.
+are set at start). XLA frees the scratch just after a step's outputs are ready, so each kept step
+runs inside :class:`await_scratch`, which holds the next step back until the block is free again;
+otherwise the heap grew by whole buffers. The default ``gpt train`` (tiny preset) peaks at 0.75 GB
+of RSS for 17.3k tokens/s, against 0.90 GB and 15.5k untuned (``benchmarks/gpt/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -54,10 +55,9 @@ def tune_host_allocator() -> bool:
     this first, before JAX starts (any ``jax.devices()`` or computation): it puts every thread on
     one malloc arena. Then call :func:`keep_host_memory` once the steps are compiled. Measured on
     2 cores: 1.4x tokens/s on the tiny peer shape, 1.24x on the ~10M one, with no page faults per
-    step (``benchmarks/gpt/PROFILE.md``). It costs memory: the process keeps up to about two
-    scratch buffers in its heap (the default ``gpt train``: peak RSS 1.94 GB instead of 1.02 GB).
-    Where memory is tighter than time, leave it off (for ``gpt train``: set any ``MALLOC_*``
-    variable, e.g. ``MALLOC_ARENA_MAX=8``).
+    step (``benchmarks/gpt/PROFILE.md``). The process keeps one scratch buffer in its heap between
+    steps (wrap each step in :class:`await_scratch`); to leave the allocator as glibc sets it (for
+    ``gpt train``: set any ``MALLOC_*`` variable, e.g. ``MALLOC_ARENA_MAX=8``).
 
     ``gpt train`` does both itself when JAX can only start its CPU backend (``gpt eval`` and
     ``gpt sample`` the first).
