@@ -15,6 +15,10 @@ Every way the tests run loads this file: `pytest` from the repository root (ever
 runs there, `floors` and `integration` included, and the docs session's doctests), and the
 `wheels` session copies it next to the copied tests folders (`--confcutdir`), so installed
 wheels are tested the same way. JAX is imported lazily, inside the hooks, for the same reason.
+
+Fault-injection seams the integration tests need live here too, each a fixture whose docstring names
+the internal it patches and why no public route reaches that moment, so the test files import
+public names only (``gpt_sigterm_after_loss_plot``).
 """
 
 from __future__ import annotations
@@ -58,3 +62,29 @@ def device_grid() -> tuple[int, int]:
     import jax
 
     return grid_for(jax.device_count())
+
+
+# `python -c` source: `gpt` with these argv, sending itself SIGTERM right after it draws loss.png.
+_GPT_SIGTERM_AFTER_LOSS_PLOT = """
+import os, signal, sys
+import gpt_models._training.loop as loop
+real = loop.plot_losses
+def plot_then_term(*args, **kwargs):
+    real(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+loop.plot_losses = plot_then_term
+from gpt_models import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.fixture
+def gpt_sigterm_after_loss_plot() -> str:
+    """Python source for ``python -c SOURCE ARGS``: ``gpt ARGS`` that sends itself SIGTERM right after
+    ``gpt train`` draws loss.png, i.e. after the last step and before sample.txt is written.
+
+    Patches, in that subprocess only, ``gpt_models._training.loop.plot_losses`` (the loss plot
+    ``train`` draws once the steps are done). A test of a signal that lands after the last step
+    needs that moment exactly; a ``kill`` timed from outside lands mid-step or after the exit.
+    """
+    return _GPT_SIGTERM_AFTER_LOSS_PLOT

@@ -411,25 +411,14 @@ def test_double_ctrl_c_waits_for_the_save_and_leaves_a_checkpoint(tmp_path):
     _row("Ctrl-C twice, 50 ms apart", 1, f"saved step {stopped}, exit 130", [time.monotonic() - t0])
 
 
-# gpt train whose loss plot sends it SIGTERM: the signal lands after the last step, deterministically.
-SIGTERM_AT_PLOT = """
-import os, signal, sys
-import gpt_models._training.loop as loop
-real = loop.plot_losses
-def plot_then_term(*args, **kwargs):
-    real(*args, **kwargs)
-    os.kill(os.getpid(), signal.SIGTERM)
-loop.plot_losses = plot_then_term
-from gpt_models import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-def test_sigterm_after_the_last_step_says_what_was_skipped_and_leaves_no_lock(tmp_path):
+def test_sigterm_after_the_last_step_says_what_was_skipped_and_leaves_no_lock(
+    tmp_path, gpt_sigterm_after_loss_plot
+):
+    # gpt train whose loss plot sends it SIGTERM: the signal lands after the last step, every time.
     run = tmp_path / "run"
     t0 = time.monotonic()
     rc, out = _finish(_start("train", "--out", str(tmp_path), "--name", "run", *TINY,
-                             "--set", "train.steps=4", code=SIGTERM_AT_PLOT))  # fmt: skip
+                             "--set", "train.steps=4", code=gpt_sigterm_after_loss_plot))  # fmt: skip
     assert rc == 128 + signal.SIGTERM, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     assert "after the last step (4); its checkpoint is saved, but sample.txt was not" in out

@@ -70,26 +70,12 @@ def test_a_bad_budget_says_what_a_size_looks_like(tmp_path, small_args, monkeypa
     )
 
 
-def test_xla_out_of_memory_is_not_a_full_disk(tmp_path, make_config, monkeypatch):
+def test_xla_out_of_memory_is_not_a_full_disk(tmp_path, make_config, fail_train_step):
     # XLA's allocation failure while running the step: reported as out of memory with advice,
     # raised as the first error (not the metrics clean-up that fails after it).
-    from gpt_models._training import loop
-
-    class Boom:
-        def __init__(self, compiled):
-            self.compiled = compiled
-
-        def __call__(self, *args):
-            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 163235817848 bytes.")
-
-    real = loop.plan_step
-
-    def plan_then_fail(*args, **kwargs):
-        plan = real(*args, **kwargs)
-        plan.compiled = Boom(plan.compiled)
-        return plan
-
-    monkeypatch.setattr(loop, "plan_step", plan_then_fail)
+    fail_train_step(
+        RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 163235817848 bytes.")
+    )
     with pytest.raises(OutOfMemoryError) as caught:
         train(make_config(mesh={"data": -1}), tmp_path / "run", stream=io.StringIO())
     message = str(caught.value)
@@ -99,32 +85,20 @@ def test_xla_out_of_memory_is_not_a_full_disk(tmp_path, make_config, monkeypatch
     assert isinstance(caught.value.__cause__, RuntimeError)
 
 
-def test_only_a_real_file_write_is_a_full_disk(tmp_path):
-    from gpt_models._runs.diskfull import disk_full_message
-
+def test_only_a_real_file_write_is_a_full_disk(tmp_path, make_config, fail_train_step):
+    # XLA's out-of-memory says RESOURCE_EXHAUSTED too, and may quote a file: on a filesystem with
+    # room (tmp_path's) that is not a full disk. (A write failing with ENOSPC is: the next test.)
     oom = RuntimeError(f'RESOURCE_EXHAUSTED: Out of memory allocating 5 bytes "{tmp_path}/x"')
-    assert disk_full_message(oom, tmp_path) is None  # tmp_path's filesystem has room
-    full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "f"))
-    assert disk_full_message(full, tmp_path).startswith(f"The disk is full: writing {tmp_path}/f")
+    fail_train_step(oom)
+    with pytest.raises(OutOfMemoryError) as caught:
+        train(make_config(mesh={"data": -1}), tmp_path / "run", stream=io.StringIO())
+    assert "disk is full" not in str(caught.value) and caught.value.__cause__ is oom
     assert issubclass(DiskFullError, OSError)
 
 
-def test_a_full_disk_is_disk_full_error_and_exit_4(tmp_path, small_args, monkeypatch, capsys):
-    from gpt_models._training import loop
-
+def test_a_full_disk_is_disk_full_error_and_exit_4(tmp_path, small_args, fail_train_step, capsys):
     target = tmp_path / "run" / "metrics" / "chunk.npz"
-
-    def full(*args):
-        raise OSError(errno.ENOSPC, "No space left on device", str(target))
-
-    real = loop.plan_step
-
-    def plan_then_fill(*args, **kwargs):
-        plan = real(*args, **kwargs)
-        plan.compiled = full
-        return plan
-
-    monkeypatch.setattr(loop, "plan_step", plan_then_fill)
+    fail_train_step(OSError(errno.ENOSPC, "No space left on device", str(target)))
     assert main(["train", "--out", str(tmp_path), "--name", "run", *small_args]) == 4
     err = capsys.readouterr().err
     assert f"gpt: error: The disk is full: writing {target}" in err and "Traceback" not in err

@@ -73,25 +73,14 @@ def test_split_is_stable_when_files_are_added(tmp_path):
     assert a1["val_documents"] == a2["val_documents"] > 0
 
 
-def test_interrupted_prepare_resumes_to_the_same_store(tmp_path, monkeypatch):
-    import gpt_models._data.prepare as prep  # internals: to stop the run at a chosen chunk
-
+def test_interrupted_prepare_resumes_to_the_same_store(tmp_path, kill_prepare):
     src = _jsonl(tmp_path / "a.jsonl", _docs(300))
     whole = prepare([src], tmp_path / "whole", val_fraction=0.1, shard_tokens=500).manifest
-    monkeypatch.setattr(prep, "_CHUNK_BYTES", 400)
-    real, calls = prep.write_json_atomic, []
-
-    def dies(path, obj):  # like kill -9 after the 5th chunk's ids are written, before its state
-        calls.append(path)
-        if len(calls) == 5:
-            raise KeyboardInterrupt
-        real(path, obj)
-
-    monkeypatch.setattr(prep, "write_json_atomic", dies)
+    kill_prepare(5)  # like kill -9 after the 5th chunk's ids are written, before its state
     with pytest.raises(KeyboardInterrupt):
         prepare([src], tmp_path / "st", val_fraction=0.1, shard_tokens=500)
     assert not (tmp_path / "st" / "manifest.json").exists()
-    monkeypatch.setattr(prep, "write_json_atomic", real)
+    kill_prepare(None)
     again = prepare([src], tmp_path / "st", val_fraction=0.1, shard_tokens=500).manifest
     assert again["tokens"] == whole["tokens"]
     assert again["shards"] == whole["shards"]

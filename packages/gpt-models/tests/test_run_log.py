@@ -6,34 +6,16 @@ import re
 
 import pytest
 
-from gpt_models import train
+from gpt_models import Checkpointer, train
 
 
-def _crash_at_step(monkeypatch, n: int) -> None:
-    # The compiled train step raises on its n-th call (the pre-flight's step, wrapped).
-    from gpt_models._training import loop
-
-    real = loop.plan_step
-
-    def plan_then_crash(*args, **kwargs):
-        plan = real(*args, **kwargs)
-        step, calls = plan.compiled, []
-
-        def crashing(*a):
-            calls.append(1)
-            if len(calls) == n:
-                raise RuntimeError("INTERNAL: the device fell over")
-            return step(*a)
-
-        plan.compiled = crashing
-        return plan
-
-    monkeypatch.setattr(loop, "plan_step", plan_then_crash)
+def _crash() -> RuntimeError:
+    return RuntimeError("INTERNAL: the device fell over")
 
 
 def test_a_crash_in_the_loop_is_logged_with_its_step_and_traceback(tmp_path, make_config,
-                                                                   monkeypatch):  # fmt: skip
-    _crash_at_step(monkeypatch, 3)
+                                                                   fail_train_step):  # fmt: skip
+    fail_train_step(_crash(), at_call=3)
     run = tmp_path / "run"
     with pytest.raises(RuntimeError, match="the device fell over"):
         train(make_config(mesh={"data": -1}), run, stream=io.StringIO(), write_sample=False)
@@ -53,21 +35,14 @@ def test_a_diverged_run_is_logged_without_a_traceback(tmp_path, capsys, gpt_trai
     assert "Traceback" not in log and len(log.splitlines()) == 1
 
 
-def test_the_log_never_follows_a_link_out_of_the_run(tmp_path, make_config, monkeypatch):
+def test_the_log_never_follows_a_link_out_of_the_run(tmp_path, make_config, before_run_lock,
+                                                     fail_train_step):  # fmt: skip
     # The run folder is created by train; a link planted as its errors.log before the crash.
-    from gpt_models._training import loop
-
     victim = tmp_path / "victim.txt"
     victim.write_text("mine\n")
     run = tmp_path / "run"
-    real = loop.run_lock
-
-    def lock_and_plant(folder, **kwargs):
-        (folder / "errors.log").symlink_to(victim)
-        return real(folder, **kwargs)
-
-    monkeypatch.setattr(loop, "run_lock", lock_and_plant)
-    _crash_at_step(monkeypatch, 1)
+    before_run_lock(lambda folder: (folder / "errors.log").symlink_to(victim))
+    fail_train_step(_crash(), at_call=1)
     with pytest.raises(RuntimeError, match="the device fell over"):
         train(make_config(mesh={"data": -1}), run, stream=io.StringIO(), write_sample=False)
     assert victim.read_text() == "mine\n" and (run / "errors.log").is_symlink()
@@ -78,8 +53,6 @@ def test_what_orbax_logs_while_failing_goes_to_the_log_not_the_terminal(tmp_path
     # As when a peer dies during a save: orbax logs the failed barrier with its traceback, then
     # raises it from the save; the terminal gets one message, the log gets both.
     import logging
-
-    from gpt_models._runs.checkpoint import Checkpointer
 
     def failing_save(self, step, *args, **kwargs):
         logging.getLogger("absl").error("Save Finalize thread failed.", exc_info=OSError("gone"))
