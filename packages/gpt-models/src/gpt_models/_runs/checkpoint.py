@@ -17,7 +17,14 @@ import orbax.checkpoint as ocp
 
 from .._distributed.processes import is_primary
 from .._errors import UsageError
-from .digest import PendingDigest, prune_digests, read_digest, verify, write_digest
+from .digest import (
+    PendingDigest,
+    check_shapes,
+    prune_digests,
+    read_digest,
+    verify,
+    write_digest,
+)
 from .runlog import append_inside
 from .snapshot import stable_view
 
@@ -336,6 +343,8 @@ def _restore_step(
     manager: ocp.CheckpointManager, step: int, targets: Mapping[str, Any], directory: Path
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     recorded = read_digest(directory, step)  # before the restore: a damaged file fails fast
+    if recorded is not None:
+        check_shapes(targets, recorded)  # so does a changed model config: no read is started
     args = {name: ocp.args.StandardRestore(target) for name, target in targets.items()}
     out = manager.restore(step, args=ocp.args.Composite(**args, meta=ocp.args.JsonRestore()))
     items = {name: out[name] for name in targets}

@@ -191,6 +191,31 @@ def _digested_steps(directory: Path) -> list[int]:
     return [int(n) for f in folder.iterdir() if (n := f.name.removesuffix(".json")).isdigit()]
 
 
+def check_shapes(targets: Mapping[str, Any], recorded: dict[str, Any]) -> None:
+    """Raise DigestMismatch when a target array's shape is not the one its step was saved with.
+
+    Checked before orbax reads anything: a run whose model settings changed since it saved
+    (config.toml edited, a different ``--set``) is refused with the two shapes, instead of orbax
+    failing mid-read with its background reads reporting on stderr after the message.
+    """
+    for name, tree in targets.items():
+        saved = recorded.get(name)
+        if not isinstance(saved, dict):
+            continue
+        for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+            shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+            if shape is None or (dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)):
+                continue
+            want = saved.get(jax.tree_util.keystr(path))
+            if isinstance(want, list) and len(want) == 3 and list(shape) != want[1]:
+                raise DigestMismatch(
+                    f"array {name}{jax.tree_util.keystr(path)} was saved with shape "
+                    f"{tuple(want[1])}, but the config asks for {tuple(shape)}: the model "
+                    "settings (config.toml or --set) differ from those the checkpoint was saved "
+                    "with; put them back"
+                )
+
+
 def verify(items: Mapping[str, Any], recorded: dict[str, Any]) -> None:
     """Raise DigestMismatch naming the first restored array whose checksum differs from ``recorded``."""
     got = PendingDigest(items).result()
