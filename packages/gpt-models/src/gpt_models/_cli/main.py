@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from .hf import export_parser, import_parser
 from .prepare import prepare_parser
+from .quiet_stderr import quiet_stderr
 
 EXIT_USAGE = 2
 EXIT_DIVERGED = 1
@@ -219,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         0
     """
     args = _parser().parse_args(argv)
+    quiet_stderr()  # orbax's late reports after a failed save or restore (see quiet_stderr.py)
     if args.command not in ("config", "prepare"):
         from .._training.host_memory import tune_host_allocator_for_cli
 

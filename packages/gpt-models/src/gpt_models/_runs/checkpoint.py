@@ -8,7 +8,7 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -279,9 +279,16 @@ class CapturedLogs(logging.Filter):
         self.records.append(record)
         return False
 
-    def replay(self) -> None:
-        """Log what was held back after all (the block it guarded went well)."""
-        for record in self.records:
+    def replay(self, count: int | None = None) -> None:
+        """Log what was held back after all (the block it guarded went well): the first ``count``
+        records (all by default), which are then no longer held. Call it outside the block."""
+        count = len(self.records) if count is None else count
+        records, self.records, self.lines = (
+            self.records[:count],
+            self.records[count:],
+            self.lines[count:],
+        )
+        for record in records:
             logging.getLogger("absl").handle(record)
 
     def __enter__(self) -> CapturedLogs:
@@ -290,6 +297,15 @@ class CapturedLogs(logging.Filter):
 
     def __exit__(self, *exc: object) -> None:
         logging.getLogger("absl").removeFilter(self)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Inside the block, log lines are not held (for :meth:`replay` while the block runs)."""
+        self.__exit__()
+        try:
+            yield
+        finally:
+            self.__enter__()
 
     def write(self, path: Path, step: int, err: BaseException) -> str:
         """Append the details of ``step``'s failure to ``path``; a note naming it, or ""."""

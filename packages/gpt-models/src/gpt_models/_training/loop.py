@@ -340,13 +340,18 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
     # final checkpoint, loss.png or the sample are written) skips what is left and says so,
     # instead of killing the process with its lock file left behind.
     with stop_on_signals() as stop:
-        try:
-            state = loop.run(state, stop)
-            keep_host_memory(False)  # the steps are over: the final eval and sample trim again
-        except BaseException as err:
-            _close_after(loop, err)
-            raise
-        loop.close()
+        # Orbax's writers report a failed background save (a full disk) from their threads, with
+        # tracebacks, well before the failure reaches us at the next save: held until then, then
+        # printed if that save went well, or kept for the run's error log if it did not.
+        with loop.orbax:
+            try:
+                state = loop.run(state, stop)
+                keep_host_memory(False)  # the steps are over: the final eval and sample trim again
+            except BaseException as err:
+                _close_after(loop, err)
+                raise
+            loop.close()
+        loop.orbax.replay()
         val = loop.val if math.isfinite(loop.val) else loop.evaluate(state.params)
         tps, mfu = loop.progress.rates(cfg.train.steps)
         skipped: list[str] = []
@@ -376,7 +381,7 @@ def _close_after(loop: _Loop, err: BaseException) -> None:
             loop.close()
         except Exception as later:  # reported on the first error instead
             err.add_note(f"(While stopping, clean-up also failed: {type(later).__name__}: {later})")
-    loop.at.setdefault("clean-up", []).extend(captured.lines)
+    loop.at.setdefault("clean-up", []).extend(loop.orbax.lines + captured.lines)
 
 
 def _meta(cfg: Config, step: int, dataset: Dataset) -> dict[str, Any]:
@@ -421,6 +426,7 @@ class _Loop:
         self.loss = self.val = math.nan
         self.eval_seconds = 0.0  # of the last record(): kept out of the step-time split
         self.at: dict[str, Any] = {}  # the step running and clean-up logs (train's error log)
+        self.orbax = CapturedLogs()  # held while the steps run (see _run_steps)
         # No range here: _run_steps sets one from `train(profile=...)`.
         self.profiler = StepProfiler(None, run / "profile", self.stream)
 
@@ -515,14 +521,11 @@ class _Loop:
     def save(self, step: int, state: Any) -> None:
         # A save waits for the previous one; when that failed (a lost peer's barrier), orbax logs
         # the failure with its traceback before raising it: kept for the run's error log.
-        with CapturedLogs() as captured:
-            try:
-                items, meta = to_items(_safe_copy(state)), _meta(self.cfg, step, self.dataset)
-                self.ckpt.save(step, items, meta)
-            except BaseException:
-                self.at.setdefault("clean-up", []).extend(captured.lines)
-                raise
-        captured.replay()
+        held = len(self.orbax.records)  # reports of earlier saves, which this one waits for
+        items, meta = to_items(_safe_copy(state)), _meta(self.cfg, step, self.dataset)
+        self.ckpt.save(step, items, meta)  # on failure, _close_after keeps them for the error log
+        with self.orbax.paused():
+            self.orbax.replay(held)  # those saves went well: their reports were only warnings
 
     def close(self) -> None:
         """Runs on success, NaN and signals alike: pending writes finish, metrics are flushed."""
