@@ -55,8 +55,15 @@ def _start(*args: str, code: str | None = None) -> subprocess.Popen:
     head = ["-c", code] if code else ["-m", "gpt_models"]
     return subprocess.Popen(
         [sys.executable, *head, *args], env=_env(), text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_interruptible,
     )  # fmt: skip
+
+
+def _interruptible() -> None:
+    # A run started with SIGINT ignored keeps ignoring it (gpt honours that, as shells expect of
+    # background jobs), and a test suite launched in the background hands that on: the Ctrl-C
+    # tests would wait forever. The runs here are started as from a terminal.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _finish(proc: subprocess.Popen, timeout: float = TIMEOUT_S) -> tuple[int, str]:
