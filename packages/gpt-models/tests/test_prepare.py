@@ -171,6 +171,18 @@ def test_training_batches_read_the_store_like_an_array(tmp_path):
     assert len(ds.train) == len(flat) and len(ds.val) == len(_ids(tmp_path / "st", "val"))
     kw = {"seed": 3, "batch_size": 8, "grad_accum": 2, "seq_len": 16}
     np.testing.assert_array_equal(train_batch(ds.train, 5, **kw), train_batch(flat, 5, **kw))
+    # windows and slices across every shard boundary, integer indices (negative too), the ends
+    for cut in range(700, len(flat), 700):
+        np.testing.assert_array_equal(ds.train[cut - 20 : cut + 720], flat[cut - 20 : cut + 720])
+    np.testing.assert_array_equal(ds.train[::7], flat[::7])
+    np.testing.assert_array_equal(ds.train[len(flat) - 5 :], flat[-5:])
+    assert ds.train[10:10].shape == (0,)
+    some = np.array([[0, 699, 700], [-1, 1401, 3]])
+    np.testing.assert_array_equal(ds.train[some], flat[some])
+    with pytest.raises(IndexError):
+        ds.train[np.array([len(flat)])]
+    # read, not mapped: the process's RSS cannot grow with the store
+    assert "train-00000.bin" not in Path("/proc/self/maps").read_text()
 
 
 def test_damaged_shard_and_wrong_tokenizer_at_train_time(tmp_path):
