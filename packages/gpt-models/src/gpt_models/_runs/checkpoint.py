@@ -131,6 +131,11 @@ class Checkpointer:
         self.skipped = []
         return gone
 
+    def saving(self) -> bool:
+        """Whether a save's background writes (orbax's or the digest's) are still going on."""
+        thread = self._digest_thread
+        return self._manager.is_saving_in_progress() or (thread is not None and thread.is_alive())
+
     def wait(self) -> None:
         """Block until background writes are done."""
         self._manager.wait_until_finished()
