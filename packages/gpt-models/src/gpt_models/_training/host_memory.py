@@ -20,13 +20,16 @@ of RSS for 17.3k tokens/s, against 0.90 GB and 15.5k untuned (``benchmarks/gpt/R
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import functools
 import importlib.metadata
 import importlib.util
 import os
 import platform
 import time
-from typing import ClassVar
+import weakref
+from typing import Any, ClassVar
 
 from core_primitives import compat
 
@@ -129,15 +132,21 @@ class _MallInfo2(ctypes.Structure):
     ]  # fmt: skip
 
 
+@functools.cache
+def _mallinfo2() -> Any:
+    """glibc's ``mallinfo2``, looked up once (a lookup per call cost the loop more than the call);
+    ``None`` before glibc 2.33."""
+    mallinfo2 = getattr(ctypes.CDLL(None), "mallinfo2", None)
+    if mallinfo2 is not None:
+        mallinfo2.restype = _MallInfo2
+    return mallinfo2
+
+
 def heap_in_use() -> int | None:
     """Bytes of the kept heap in use (glibc's ``mallinfo2().uordblks``); ``None`` while memory is
     not kept or where glibc is older than 2.33 (no ``mallinfo2``)."""
-    if not _state["kept"]:
+    if not _state["kept"] or (mallinfo2 := _mallinfo2()) is None:
         return None
-    mallinfo2 = getattr(ctypes.CDLL(None), "mallinfo2", None)
-    if mallinfo2 is None:
-        return None
-    mallinfo2.restype = _MallInfo2
     return int(mallinfo2().uordblks)
 
 
@@ -185,11 +194,24 @@ class await_scratch:
 
 
 def scratch_bytes(compiled: object) -> int:
-    """The scratch (temporary) bytes of one call of a compiled step; 0 where XLA does not say."""
+    """The scratch (temporary) bytes of one call of a compiled step; 0 where XLA does not say.
+
+    Asked of XLA once per compiled step (its memory analysis took the main thread 8 to 9 ms a
+    call, each tiny step, CPU that the step's own threads lacked on a 2-core machine)."""
     try:
-        return int(compiled.memory_analysis().temp_size_in_bytes)  # type: ignore[attr-defined]
+        return _scratch_cache[compiled]
+    except (KeyError, TypeError):  # TypeError: not weakly referable, never cached
+        pass
+    try:
+        got = int(compiled.memory_analysis().temp_size_in_bytes)  # type: ignore[attr-defined]
     except Exception:  # not compiled ahead of time, or a backend without the analysis
-        return 0
+        got = 0
+    with contextlib.suppress(TypeError):
+        _scratch_cache[compiled] = got
+    return got
+
+
+_scratch_cache: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def tune_host_allocator_for_cli() -> bool:
