@@ -182,3 +182,22 @@ def test_await_scratch_starts_the_next_step_only_once_the_scratch_buffer_is_free
     assert int(over) < int(scratch) // 2  # on leaving, the heap holds no step's scratch
     assert returned == "True"
     assert held_returned == "False" and 0.1 <= float(held_took) < 5
+
+
+def test_await_scratch_asks_xla_for_the_scratch_size_once_per_compiled_step():
+    # XLA's memory analysis costs the main thread 8-9 ms a call; gpt train enters await_scratch
+    # at every step, and on a 2-core machine that time was taken from the step's own threads.
+    class Compiled:
+        calls = 0
+
+        def memory_analysis(self):
+            Compiled.calls += 1
+            return type("Analysis", (), {"temp_size_in_bytes": 123})()
+
+    step = Compiled()
+    for _ in range(3):
+        assert gpt_models.await_scratch(step).scratch == 123
+    assert Compiled.calls == 1
+    other = Compiled()
+    gpt_models.await_scratch(other)
+    assert Compiled.calls == 2  # per compiled step, not one size for all
