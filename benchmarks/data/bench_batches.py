@@ -1,4 +1,4 @@
-"""Batch building from a token store (memory-mapped shards) vs from the same ids in memory.
+"""Batch building from a token store (shards read with pread) vs from the same ids in memory.
 
     python benchmarks/data/bench_batches.py STORE_DIR [--batch-size 32 --seq-len 128]
 

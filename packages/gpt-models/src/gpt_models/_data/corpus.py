@@ -20,7 +20,7 @@ from .store import ShardedTokens, check_tokenizer_json, is_store, open_store, st
 from .token_files import BinMeta, read_bin_meta, same_meta
 
 Tokenizer = ByteTokenizer | BPETokenizer
-# Token ids in memory, a memmap'd .bin file, or the memmap'd shards of a token store.
+# Token ids in memory, a memmap'd .bin file, or the shards of a token store (read with pread).
 TokenArray = np.ndarray | ShardedTokens
 
 # How much of a large .bin file is scanned to check that its token ids fit the vocabulary.
@@ -43,7 +43,7 @@ def default_corpus() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-    """Token ids of the train and validation splits (numpy arrays or read-only memmaps).
+    """Token ids of the train and validation splits (numpy arrays, read-only memmaps or a store's shards).
 
     ``bytes_per_token`` is measured on the validation split (text bytes / token ids), so a loss in
     nats per token divided by it is in nats per byte, comparable across tokenizers; it is None for a
@@ -120,7 +120,7 @@ def text_splits(cfg: DataConfig) -> tuple[bytes, bytes]:
 
 
 def _store_dataset(folder: Path, cfg: DataConfig, tok: Tokenizer, vocab_size: int) -> Dataset:
-    """A token store's splits, memory-mapped; its tokenizer must be the run's."""
+    """A token store's splits, read from its shards on demand; its tokenizer must be the run's."""
     store_tokenizer_file(folder, tokenizer_kind(cfg.tokenizer))
     check_tokenizer_json(folder, tok.to_json() if isinstance(tok, BPETokenizer) else None)
     store = open_store(folder)
