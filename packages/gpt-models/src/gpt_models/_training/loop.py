@@ -529,8 +529,7 @@ class _Loop:
         # defaults: scratch buffers mapped per step, free memory trimmed) until the save is done.
         keep_host_memory(False)
         self.ckpt.save(step, items, meta)  # on failure, _close_after keeps them for the error log
-        with self.orbax.paused():
-            self.orbax.replay(held)  # those saves went well: their reports were only warnings
+        self.orbax.replay(held)  # those saves went well: their reports were only warnings
 
     def close(self) -> None:
         """Runs on success, NaN and signals alike: pending writes finish, metrics are flushed."""
