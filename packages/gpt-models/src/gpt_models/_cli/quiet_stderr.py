@@ -68,10 +68,29 @@ class QuietStderr:
 class _NeverRetrieved(logging.Filter):
     # asyncio's "Task exception was never retrieved" for orbax's writers of a failed save, logged
     # when the tasks are collected (at exit, after gpt's message); the run's error log has the error.
+    # The same for a bare Future that tensorstore failed (no orbax frame in its traceback: told
+    # apart by the checkpoint's temporary folder in the error).
     def filter(self, record: logging.LogRecord) -> bool:
         if "exception was never retrieved" not in str(record.msg) or not record.exc_info:
             return True
-        return not any("/orbax/" in line for line in traceback.format_exception(*record.exc_info))
+        text = "".join(traceback.format_exception(*record.exc_info))
+        return "/orbax/" not in text and _ORBAX_TMP not in text
+
+
+_ORBAX_TMP = ".orbax-checkpoint-tmp"
+
+
+class _LateWriterReports(logging.Filter):
+    # Orbax's writer threads of a failed save log their own failure (ERROR, with a traceback) as
+    # they wind down, at times after gpt's message; the save's error is in the run's error log.
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR or "raised an exception" not in str(record.msg):
+            return True
+        from .._runs.checkpoint import CapturedLogs  # while a run captures them: its error log's
+
+        if any(isinstance(f, CapturedLogs) for f in logging.getLogger("absl").filters):
+            return True
+        return _ORBAX_TMP not in record.getMessage()
 
 
 def _only_asyncio_frames(block: str) -> bool:
@@ -87,3 +106,6 @@ def quiet_stderr() -> None:
     asyncio_log = logging.getLogger("asyncio")
     if not any(isinstance(f, _NeverRetrieved) for f in asyncio_log.filters):
         asyncio_log.addFilter(_NeverRetrieved())
+    absl_log = logging.getLogger("absl")
+    if not any(isinstance(f, _LateWriterReports) for f in absl_log.filters):
+        absl_log.addFilter(_LateWriterReports())
