@@ -25,6 +25,18 @@ def test_round_trip_and_keep_n(tmp_path):
     ckpt.close()
 
 
+def test_saving_says_when_the_background_writes_are_done(tmp_path):
+    # gpt train keeps freed memory for its steps only once no save is being written
+    ckpt = Checkpointer(tmp_path, keep=2)
+    assert ckpt.saving() is False
+    big = {"state": {"w": jnp.ones((4096, 4096)), "step": jnp.array(1)}}  # 64 MB to write
+    ckpt.save(1, big, {"step": 1})
+    assert ckpt.saving() is True
+    ckpt.wait()
+    assert ckpt.saving() is False and ckpt.steps() == [1]
+    ckpt.close()
+
+
 def test_damaged_latest_falls_back_with_a_warning(tmp_path):
     ckpt = Checkpointer(tmp_path, keep=3)
     for s in (1, 2):

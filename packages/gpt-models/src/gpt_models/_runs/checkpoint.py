@@ -8,7 +8,7 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +130,11 @@ class Checkpointer:
             (self.directory / ".digests" / f"{s}.json").unlink(missing_ok=True)
         self.skipped = []
         return gone
+
+    def saving(self) -> bool:
+        """Whether a save's background writes (orbax's or the digest's) are still going on."""
+        thread = self._digest_thread
+        return self._manager.is_saving_in_progress() or (thread is not None and thread.is_alive())
 
     def wait(self) -> None:
         """Block until background writes are done."""
@@ -273,15 +278,20 @@ class CapturedLogs(logging.Filter):
         super().__init__()
         self.lines: list[str] = []
         self.records: list[logging.LogRecord] = []
+        self._passing: set[int] = set()  # ids of the records being replayed
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if id(record) in self._passing:
+            return True
         self.lines.append(logging.Formatter("%(levelname)s %(name)s: %(message)s").format(record))
         self.records.append(record)
         return False
 
     def replay(self, count: int | None = None) -> None:
         """Log what was held back after all (the block it guarded went well): the first ``count``
-        records (all by default), which are then no longer held. Call it outside the block."""
+        records (all by default), which are then no longer held. Inside the block too: what other
+        threads log meanwhile is still held (a save that fails on a full disk reports from its
+        writer threads just as the previous save's reports are replayed)."""
         count = len(self.records) if count is None else count
         records, self.records, self.lines = (
             self.records[:count],
@@ -289,7 +299,11 @@ class CapturedLogs(logging.Filter):
             self.lines[count:],
         )
         for record in records:
-            logging.getLogger("absl").handle(record)
+            self._passing.add(id(record))
+            try:
+                logging.getLogger("absl").handle(record)
+            finally:
+                self._passing.discard(id(record))
 
     def __enter__(self) -> CapturedLogs:
         logging.getLogger("absl").addFilter(self)
@@ -297,15 +311,6 @@ class CapturedLogs(logging.Filter):
 
     def __exit__(self, *exc: object) -> None:
         logging.getLogger("absl").removeFilter(self)
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """Inside the block, log lines are not held (for :meth:`replay` while the block runs)."""
-        self.__exit__()
-        try:
-            yield
-        finally:
-            self.__enter__()
 
     def write(self, path: Path, step: int, err: BaseException) -> str:
         """Append the details of ``step``'s failure to ``path``; a note naming it, or ""."""

@@ -457,6 +457,10 @@ class _Loop:
         keep_host_memory(False)  # what compiling freed goes back before the first step adds to it
         for step in range(self.start, steps):
             self.at["step"] = step + 1  # counted from 1, as the messages count them
+            # From the second step on (the first compiles), each step reuses the previous one's
+            # scratch memory, except while a checkpoint save is being written (see save).
+            if step > self.start and not self.ckpt.saving():
+                keep_host_memory()  # (again, after an evaluation or a save; else a no-op)
             self.profiler.before(step)
             with await_scratch(self.step_fn):  # its scratch is free before the next step asks
                 t0 = clock()
@@ -474,8 +478,6 @@ class _Loop:
                 times.add("compute", t1 - t0 + t3 - t2)
                 times.add("data", t2 - t1)
                 times.add("log", clock() - t4 - self.eval_seconds)
-            if step == self.start:  # compiled and run once: from now on reuse its scratch memory
-                keep_host_memory()
             if "signum" in stop:
                 self.save(step + 1, state)
                 raise TrainingInterrupted(stop["signum"], step + 1)
@@ -496,14 +498,12 @@ class _Loop:
         if done % t.eval_every == 0 or done == t.steps:
             started = time.perf_counter()
             # The evaluation's own scratch buffers are mapped and unmapped as glibc does by default
-            # instead of settling in the kept heap: trim around it, keep again after (the next
-            # step faults its scratch in once).
+            # instead of settling in the kept heap: trimmed before it, kept again by the next step
+            # (which faults its scratch in once).
             keep_host_memory(False)
             self.val = self.progress.val = self.evaluate(state.params)
             extra["val_loss"] = np.array([self.val], np.float32)
             extra |= {k: np.array([v], np.float32) for k, v in self.tasks(state.params).items()}
-            if done < t.steps:
-                keep_host_memory()
             self.eval_seconds = time.perf_counter() - started
         if done % self.cfg.log.every == 0 or extra:
             tps, mfu = self.progress.rates(done)
@@ -523,9 +523,13 @@ class _Loop:
         # the failure with its traceback before raising it: kept for the run's error log.
         held = len(self.orbax.records)  # reports of earlier saves, which this one waits for
         items, meta = to_items(_safe_copy(state)), _meta(self.cfg, step, self.dataset)
+        # Orbax's writer threads allocate while the next steps run: in a kept heap their blocks
+        # land in the free scratch buffer and split it, and the next step's scratch is then a new
+        # one (a tiny run with 5 saves settled at 1.46 GB of heap instead of 0.81). Unkept (glibc's
+        # defaults: scratch buffers mapped per step, free memory trimmed) until the save is done.
+        keep_host_memory(False)
         self.ckpt.save(step, items, meta)  # on failure, _close_after keeps them for the error log
-        with self.orbax.paused():
-            self.orbax.replay(held)  # those saves went well: their reports were only warnings
+        self.orbax.replay(held)  # those saves went well: their reports were only warnings
 
     def close(self) -> None:
         """Runs on success, NaN and signals alike: pending writes finish, metrics are flushed."""
