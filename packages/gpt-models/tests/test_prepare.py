@@ -282,3 +282,16 @@ def test_gpt_train_on_a_bpe_store_uses_its_tokenizer(tmp_path, make_config):
     ).read_text()
     # the model's vocabulary follows the store's tokenizer (<= 301 ids with <|endoftext|>), rounded up
     assert "vocab_size = 320" in (tmp_path / "run" / "config.toml").read_text()
+
+
+def test_a_shard_cut_short_while_training_reads_it_is_named(tmp_path):
+    src = _jsonl(tmp_path / "a.jsonl", _docs(200))
+    prepare([src], tmp_path / "st", val_fraction=0.1, shard_tokens=700)
+    ds = load_dataset(DataConfig(path=str(tmp_path / "st")), seq_len=16, vocab_size=256)
+    os.truncate(tmp_path / "st" / "train-00000.bin", 100)  # after the open-time size check
+    with pytest.raises(
+        DataError,
+        match=r"shard ended early: 40 bytes were expected at offset 200, 0"
+        r" were read\. The store changed while this run read it; run gpt prepare",
+    ):
+        ds.train[100:120]
