@@ -66,6 +66,9 @@ def test_prepare_and_train_read_a_tokenizer_json_alike(tmp_path):
     cfg = DataConfig(path=str(tmp_path / "st"), tokenizer=str(bare))
     ds = load_dataset(cfg, seq_len=16, vocab_size=320, tokenizer=tok)  # the store's hash matches
     assert int(np.asarray(ds.train[:5000]).max()) == 290  # documents end with <|endoftext|>
+    own = load_dataset(cfg, seq_len=16, vocab_size=320)  # no tokenizer=: the store's own
+    assert (own.tokenizer.vocab_size, own.tokenizer.eot_id) == (291, 290)
+    assert own.tokenizer.encode("import os").tolist() == tok.encode("import os").tolist()
     llama_like = _tokenizer_json(tmp_path / "l.json", 290, specials=("<s>", "</s>"))
     assert (
         BPETokenizer.from_file(llama_like).eot_id,

@@ -236,6 +236,11 @@ def test_a_run_tokenizer_other_than_the_stores_is_refused(tmp_path):
     cfg = DataConfig(path=str(tmp_path / "st"), tokenizer="bpe")
     own = BPETokenizer.load(tmp_path / "st" / "tokenizer.json")
     assert len(load_dataset(cfg, seq_len=8, vocab_size=320, tokenizer=own).train) > 0
+    by_default = load_dataset(cfg, seq_len=8, vocab_size=320)  # the store's own tokenizer
+    assert by_default.tokenizer.to_json() == own.to_json()
+    assert by_default.tokenizer.decode(by_default.val[:40].tolist()) == own.decode(
+        by_default.val[:40].tolist()
+    )
     other = BPETokenizer.train(["some other text entirely " * 20], vocab_size=270)
     with pytest.raises(DataError, match="not the one the token store .* was made with"):
         load_dataset(cfg, seq_len=8, vocab_size=320, tokenizer=other)

@@ -64,7 +64,9 @@ def load_dataset(
     """Load ``cfg.path`` (or the embedded corpus) and split off the last ``val_fraction`` for validation.
 
     Text is tokenized with ``tokenizer`` (default: bytes); ``.bin`` files are token ids already, and
-    their sidecar (``X.bin.json``) must name ``cfg.tokenizer``.
+    their sidecar (``X.bin.json``) must name ``cfg.tokenizer``. A token store (``gpt prepare``) is
+    read with the tokenizer it was made with: ``tokenizer``, if given, must be that one (default:
+    the store's own, from its folder).
 
     Raises:
         DataError: a missing path, an empty folder, too little data for one ``seq_len`` window in each
@@ -76,13 +78,13 @@ def load_dataset(
         >>> len(ds.train) > 9 * len(ds.val) > 0, ds.bytes_per_token
         (True, 1.0)
     """
+    if cfg.path and is_store(Path(cfg.path)):
+        ds = _store_dataset(Path(cfg.path), cfg, tokenizer, vocab_size)
+        _check_length(ds, cfg, seq_len)
+        return ds  # ids < the tokenizer's vocab by construction, checked against the model's
     tok = tokenizer or ByteTokenizer()
     source = cfg.path or "<embedded corpus: pydoc_data.topics>"
     bins = bin_files(cfg)
-    if cfg.path and is_store(Path(cfg.path)):
-        ds = _store_dataset(Path(cfg.path), cfg, tok, vocab_size)
-        _check_length(ds, cfg, seq_len)
-        return ds  # ids < the tokenizer's vocab by construction, checked against the model's
     if bins is not None:
         train, val, meta = _read_bins(bins, cfg)
         bpt = None if meta is None else _bytes_per_token(tok, val)
@@ -119,9 +121,14 @@ def text_splits(cfg: DataConfig) -> tuple[bytes, bytes]:
     return raw[:cut], raw[cut:]
 
 
-def _store_dataset(folder: Path, cfg: DataConfig, tok: Tokenizer, vocab_size: int) -> Dataset:
-    """A token store's splits, read from its shards on demand; its tokenizer must be the run's."""
-    store_tokenizer_file(folder, tokenizer_kind(cfg.tokenizer))
+def _store_dataset(
+    folder: Path, cfg: DataConfig, tok: Tokenizer | None, vocab_size: int
+) -> Dataset:
+    """A token store's splits, read from its shards on demand; its tokenizer must be the run's
+    (``tok``; None: the store's own)."""
+    file = store_tokenizer_file(folder, tokenizer_kind(cfg.tokenizer))
+    if tok is None:
+        tok = ByteTokenizer() if file is None else BPETokenizer.load(file)
     check_tokenizer_json(folder, tok.to_json() if isinstance(tok, BPETokenizer) else None)
     store = open_store(folder)
     vocab = int(store.manifest["tokenizer"]["vocab_size"])
