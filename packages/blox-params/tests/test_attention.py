@@ -151,6 +151,16 @@ def test_cached_decoding_equals_one_uncached_causal_call(options):
     assert int(again[("net", "attn", "cache_index")].value) == 0
 
 
+@pytest.mark.parametrize("implementation", ["blocked", "xla"])
+def test_zero_queries_give_an_empty_output(implementation):
+    mha, params = _mha(num_heads=2, head_dim=4, implementation=implementation)
+    _, params = mha(params, jnp.ones((1, 3, 8)), causal=True)
+    y, _ = mha(params, jnp.ones((1, 0, 8)), causal=True)
+    assert y.shape == (1, 0, 8)
+    y, _ = mha(params, jnp.ones((1, 0, 8)), kv=jnp.ones((1, 3, 8)))
+    assert y.shape == (1, 0, 8)
+
+
 def test_decode_without_a_cache_says_how_to_make_one():
     mha, params = _mha(num_heads=2, head_dim=4)
     _, params = mha(params, jnp.ones((1, 3, 8)))

@@ -170,6 +170,8 @@ def test_bad_multi_process_flags_are_refused_before_waiting(flags, needle, tmp_p
     ("setting", "needle"),
     [
         ("train.lr=inf", "train.lr = inf must be a finite number > 0"),
+        ("train.lr=nan", "train.lr = nan must be a finite number > 0"),
+        ("train.lr=0", "train.lr = 0.0 must be a finite number > 0"),
         ("train.beta2=1.5", "train.beta2 = 1.5 must be in [0, 1)"),
         ("train.beta1=-0.1", "train.beta1 = -0.1 must be in [0, 1)"),
         ("train.min_lr_ratio=2", "train.min_lr_ratio = 2.0 must be in [0, 1]"),
@@ -178,7 +180,8 @@ def test_bad_multi_process_flags_are_refused_before_waiting(flags, needle, tmp_p
     ],
 )
 def test_out_of_range_config_values_are_refused(setting, needle, tmp_path, capsys):
-    _refused(capsys, ["train", "--out", str(tmp_path), "--set", setting], needle)
+    err = _refused(capsys, ["train", "--out", str(tmp_path), "--set", setting], needle)
+    assert "(1 problem)" in err, err  # one line per bad value
     assert list(tmp_path.iterdir()) == []
 
 
@@ -196,6 +199,23 @@ def test_sample_with_a_prompt_longer_than_the_context(finished_run, capsys):
     err = _refused(capsys, ["sample", "--run", str(finished_run), "--prompt", "x" * 100],
                    "100 tokens long", "model.seq_len) is 32", "at most 31")  # fmt: skip
     assert "max_new_tokens" not in err
+
+
+def test_sample_with_an_empty_prompt_is_refused_before_compiling(finished_run, capsys):
+    _refused(capsys, ["sample", "--run", str(finished_run), "--prompt", ""],
+             "--prompt '' is empty", "at least one token", "--prompt ' '")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--batch-size", "0"], "gpt eval --batch-size 0: it must be >= 1"),
+        (["--batch-size", "-2"], "gpt eval --batch-size -2: it must be >= 1"),
+        (["--stride", "4"], "gpt eval --stride applies to --text"),
+    ],
+)
+def test_eval_flags_that_cannot_apply_are_refused(flags, needle, finished_run, capsys):
+    _refused(capsys, ["eval", "--run", str(finished_run), *flags], needle)
 
 
 # --- damaged checkpoints: never loaded, the previous one used, resumed over cleanly ---------------

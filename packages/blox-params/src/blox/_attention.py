@@ -439,6 +439,8 @@ class MultiHeadAttention(Module):
         ``fold_in(drop_key, first row of the block)``.
         """
         implementation = self._implementation(q, k, dropping=drop_key is not None)
+        if q.shape[-3] == 0:  # no queries (an empty prefill): nothing to attend, an empty result
+            return jnp.zeros((*q.shape[:-1], v.shape[-1]), v.dtype)
         if implementation != "blocked":
             return self._attend_fused(q, k, v, mask, causal, cast(_Fused, implementation))
         T, S = q.shape[-3], k.shape[-3]

@@ -199,6 +199,10 @@ def eval_command(args: argparse.Namespace) -> int:
     from .._training.use_preflight import plan_eval
     from .eval_report import run_preflight
 
+    if args.batch_size < 1:
+        raise UsageError(f"gpt eval --batch-size {args.batch_size}: it must be >= 1, e.g. 8.")
+    if args.stride is not None and args.text is None:
+        raise UsageError("gpt eval --stride applies to --text; pass --text FILE too.")
     run = _chosen_run(args)
     config = _run_config(args, run, _EVAL_KEYS)
     if args.text is None and args.task is None:

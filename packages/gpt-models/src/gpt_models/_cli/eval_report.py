@@ -26,10 +26,6 @@ VAL_TEXT = "@val"
 
 def eval_files(args: argparse.Namespace, run: str, config: Config | None) -> int:
     """Print the ``--text`` score and the ``--task`` table; save each task's JSON in the run."""
-    if args.batch_size < 1:
-        raise UsageError(f"gpt eval --batch-size {args.batch_size}: it must be >= 1.")
-    if args.stride is not None and args.text is None:
-        raise UsageError("gpt eval --stride applies to --text; pass --text FILE too.")
     if run_preflight(args, plan_score(config or run_config(run), args.batch_size)):
         return 0
     cfg, params, step = load_run(run, config)

@@ -355,7 +355,7 @@ def _range_problems(cfg: Config) -> list[str]:
     # beta of 1.5 runs to the end with an optimizer that amplifies instead of averaging.
     t, m = cfg.train, cfg.model
     problems = []
-    if not math.isfinite(t.lr):
+    if not (math.isfinite(t.lr) and t.lr > 0):  # one line for 0, < 0, inf and nan
         problems.append(f"train.lr = {t.lr} must be a finite number > 0, e.g. 3e-4")
     for key, value in (("train.beta1", t.beta1), ("train.beta2", t.beta2)):
         if not 0.0 <= value < 1.0:
@@ -419,7 +419,7 @@ def _positives(cfg: Config) -> dict[str, float]:
     names = {
         "model.vocab_size": m.vocab_size, "model.seq_len": m.seq_len, "model.d_model": m.d_model,
         "model.n_layers": m.n_layers, "model.n_heads": m.n_heads, "train.steps": t.steps,
-        "train.batch_size": t.batch_size, "train.lr": t.lr, "train.grad_accum": t.grad_accum,
+        "train.batch_size": t.batch_size, "train.grad_accum": t.grad_accum,
         "train.eval_batches": t.eval_batches, "train.keep_checkpoints": t.keep_checkpoints,
         "train.eval_every": t.eval_every, "log.every": cfg.log.every,
     }  # fmt: skip

@@ -77,6 +77,12 @@ def sample_lengths(cfg: Config, tok: Tokenizer, prompt: str | None,
                    max_new_tokens: int | None) -> tuple[Any, int]:  # fmt: skip
     """The prompt's token ids and the number of tokens to add, as ``sample_text`` takes them."""
     ids = tok.encode(cfg.sample.prompt if prompt is None else prompt)
+    if len(ids) == 0:
+        what = f"--prompt {prompt!r}" if prompt is not None else "sample.prompt"
+        raise ValueError(
+            f"{what} is empty, but sampling continues a text: it needs at least one token. "
+            "Give a prompt of at least one character, e.g. --prompt ' ' or --prompt 'The'."
+        )
     room = cfg.model.seq_len - len(ids)
     if room < 1:
         what = "The prompt" if prompt is not None else "sample.prompt"
