@@ -15,7 +15,7 @@ from pathlib import Path
 from .._config.schema import Config
 from .._data.corpus import bin_files, text_splits
 from .._data.run_tokenizer import run_tokenizer
-from .._errors import DataError, UsageError
+from .._errors import DataError
 from .._runs.folders import load_run, run_config
 from .._training.tasks import evaluate_task, save_task_score
 from .._training.text_eval import evaluate_text
