@@ -416,7 +416,7 @@ def sampling_problems(
 
 def _positives(cfg: Config) -> dict[str, float]:
     m, t = cfg.model, cfg.train
-    names = {
+    names: dict[str, float] = {
         "model.vocab_size": m.vocab_size, "model.seq_len": m.seq_len, "model.d_model": m.d_model,
         "model.n_layers": m.n_layers, "model.n_heads": m.n_heads, "train.steps": t.steps,
         "train.batch_size": t.batch_size, "train.grad_accum": t.grad_accum,
