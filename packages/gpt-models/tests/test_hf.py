@@ -186,8 +186,12 @@ def test_bad_folders_fail_clearly_and_write_nothing(case, tmp_path, capsys):
 def test_export_refuses_a_model_without_hf_equivalent(tmp_path):
     tiny = PRESETS["tiny"].model
     cfg = dataclasses.replace(tiny, d_model=32, n_layers=1, n_heads=2, seq_len=8)
-    with pytest.raises(CheckpointFormatError, match="is neither GPT-2 .* nor Llama"):
+    with pytest.raises(CheckpointFormatError, match="is neither GPT-2 .* nor Llama") as err:
         export_hf(cfg, init_params(cfg, jax.random.key(0)), tmp_path / "out")
+    assert (
+        "train one with --set model.norm=layernorm --set model.pos=learned --set model.mlp=gelu "
+        "(GPT-2) or --set model.mlp=swiglu (Llama)"
+    ) in str(err.value)
     cfg = dataclasses.replace(cfg, mlp="swiglu")
     with pytest.raises(CheckpointFormatError, match="model.qk_norm = True has no LlamaForCausalLM"):
         export_hf(cfg, init_params(cfg, jax.random.key(0)), tmp_path / "out")

@@ -258,10 +258,18 @@ def export_arch(m: ModelConfig) -> str:
                     f"can be exported (expected {common.get(key, 0)!r})."
                 )
             return arch
+
+    def flags(want: dict[str, object]) -> str:
+        return " ".join(
+            f"--set model.{k}={str(v).lower()}" for k, v in want.items() if getattr(m, k) != v
+        )
+
     raise CheckpointFormatError(
         f"This model (model.norm = {m.norm!r}, pos = {m.pos!r}, mlp = {m.mlp!r}, tie_embeddings = "
         f"{m.tie_embeddings}, bias = {m.bias}) is neither GPT-2 (layernorm, learned, gelu, tied) "
-        "nor Llama (rmsnorm, rope, swiglu, no bias); only those two can be exported."
+        "nor Llama (rmsnorm, rope, swiglu, no bias); only those two can be exported. The "
+        f"architecture is fixed when a run starts: train one with {flags(gpt2)} (GPT-2) or "
+        f"{flags(llama)} (Llama); this run stays readable by gpt sample and gpt eval."
     )
 
 
