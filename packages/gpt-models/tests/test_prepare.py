@@ -116,6 +116,13 @@ def test_empty_corpus_and_unknown_inputs(tmp_path):
     (tmp_path / "e.jsonl").write_text("\n", encoding="utf-8")
     with pytest.raises(DataError, match="holds no text"):
         prepare([tmp_path / "e.jsonl"], tmp_path / "st")
+    (tmp_path / "e.txt").write_text("", encoding="utf-8")  # empty documents add nothing
+    (tmp_path / "f.jsonl").write_text('{"text": ""}\n', encoding="utf-8")
+    with pytest.raises(DataError, match="holds no text"):
+        prepare([tmp_path / "e.txt", tmp_path / "f.jsonl"], tmp_path / "st5")
+    (tmp_path / "g.jsonl").write_text('{"text": ""}\n{"text": "ab"}\n', encoding="utf-8")
+    m = prepare([tmp_path / "e.txt", tmp_path / "g.jsonl"], tmp_path / "st4", val_fraction=0.0)
+    assert (m.manifest["documents"]["train"], m.manifest["tokens"]["train"]) == (1, 3)
     (tmp_path / "x.csv").write_text("a,b", encoding="utf-8")
     with pytest.raises(DataError, match=r"x\.csv is not a kind of file gpt prepare reads"):
         prepare([tmp_path / "x.csv"], tmp_path / "st2")

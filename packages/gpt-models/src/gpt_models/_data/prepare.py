@@ -316,6 +316,8 @@ def _run(
         parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
         eot = np.array([enc.eot_id], np.uint32)
         for doc, doc_ids in zip(docs, ids, strict=True):
+            if len(doc_ids) == 0:  # an empty document (file, text field): no text, no separator
+                continue
             split = split_of(sources[i].name, doc.pos, val_fraction)
             parts[split] += [doc_ids, eot]
             stats[i]["documents"] += 1
@@ -336,7 +338,7 @@ def _run(
         meter.update(
             len(docs),
             sum(len(d.text) for d in docs),
-            sum(len(x) + 1 for x in ids),
+            sum(len(x) + 1 for x in ids if len(x)),
             sources[i].size if done else 0,
         )
     meter.close()
