@@ -120,6 +120,13 @@ def test_user_malloc_settings_win():
     assert (tuned, kept) == ("False", "False")
 
 
+@glibc_only
+def test_malloc_arena_max_1_in_the_environment_counts_as_tuned():
+    # One arena from the process's start is what tune_host_allocator sets, only earlier: kept.
+    tuned, kept, faults, _ = _faults_per_call("tune", MALLOC_ARENA_MAX="1")
+    assert (tuned, kept) == ("True", "True") and faults < 2_000
+
+
 def test_tuning_after_jax_started_is_refused_with_how_to_fix():
     import jax
 
