@@ -58,13 +58,14 @@ def tune_host_allocator() -> bool:
     this first, before JAX starts (any ``jax.devices()`` or computation): it puts every thread on
     one malloc arena. A thread that allocated before this call keeps an arena of its own, which
     glibc later hands on to some of XLA's threads (a script starting such a thread first: 3 of 7
-    runs peaked at 1.37 GB instead of 0.79 GB); if your script starts threads before it, run it
-    with ``MALLOC_ARENA_MAX=1`` in the environment instead, the same setting from the process's
-    start (this then returns ``True`` and changes nothing). Then call :func:`keep_host_memory` once the steps are compiled. Measured on
-    2 cores: 1.4x tokens/s on the tiny peer shape, 1.24x on the ~10M one, with no page faults per
-    step (``benchmarks/gpt/PROFILE.md``). The process keeps one scratch buffer in its heap between
-    steps (wrap each step in :class:`await_scratch`); to leave the allocator as glibc sets it (for
-    ``gpt train``: set any ``MALLOC_*`` variable, e.g. ``MALLOC_ARENA_MAX=8``).
+    runs peaked at 1.37 GB instead of 0.79 GB); if your script starts threads before it, run it with
+    ``MALLOC_ARENA_MAX=1`` in the environment instead, the same setting from the process's start
+    (this then returns ``True`` and changes nothing). Then call :func:`keep_host_memory` once the
+    steps are compiled. Measured on 2 cores: 1.4x tokens/s on the tiny peer shape, 1.24x on the ~10M
+    one, with no page faults per step (``benchmarks/gpt/PROFILE.md``). The process keeps one scratch
+    buffer in its heap between steps (wrap each step in :class:`await_scratch`); to leave the
+    allocator as glibc sets it (for ``gpt train``: set any ``MALLOC_*`` variable, e.g.
+    ``MALLOC_ARENA_MAX=8``).
 
     ``gpt train`` does both itself when JAX can only start its CPU backend (``gpt eval`` and
     ``gpt sample`` the first).
