@@ -24,6 +24,8 @@ public names only (``gpt_sigterm_after_loss_plot``).
 from __future__ import annotations
 
 import os
+import socket
+from collections.abc import Callable
 
 import pytest
 
@@ -62,6 +64,40 @@ def device_grid() -> tuple[int, int]:
     import jax
 
     return grid_for(jax.device_count())
+
+
+_PORTS_HANDED_OUT: set[int] = set()
+
+
+def _distinct_free_ports(n: int) -> list[int]:
+    sockets: list[socket.socket] = []
+    try:
+        # Every socket stays bound until all n are chosen, so the kernel cannot hand one port out
+        # twice; ports handed out earlier in the session are skipped as well.
+        while len(sockets) < n:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            if s.getsockname()[1] in _PORTS_HANDED_OUT:
+                s.close()
+                continue
+            sockets.append(s)
+        ports = [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+    _PORTS_HANDED_OUT.update(ports)
+    return ports
+
+
+@pytest.fixture(scope="session")
+def free_ports() -> Callable[[int], list[int]]:
+    """``free_ports(n)``: n distinct localhost TCP ports nothing listens on, none handed out before.
+
+    Picking ports one at a time can return the same port twice (each is free again once its probe
+    socket closes): a test that points one process at a coordinator that is not there and another
+    at one that is would then have them find each other.
+    """
+    return _distinct_free_ports
 
 
 # `python -c` source: `gpt` with these argv, sending itself SIGTERM right after it draws loss.png.

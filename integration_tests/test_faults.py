@@ -113,12 +113,6 @@ def _row(fault: str, tries: int, outcome: str, seconds: list[float]) -> None:
     print(f"\n| {fault} | {tries} | {outcome} | {shown} s |")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # ------------------------------------------------------------------------------------------------
 # kill -9 at random moments, saves included: always restorable, and resume continues
 
@@ -208,12 +202,14 @@ def test_concurrent_launch_into_one_run_is_refused(tmp_path):
 # multi-process start-up that never completes
 
 
-def test_missing_coordinator_or_peer_times_out_with_a_message(tmp_path):
+def test_missing_coordinator_or_peer_times_out_with_a_message(tmp_path, free_ports):
     base = ["train", "--out", str(tmp_path), "--name", "mp", *TINY, "--num-processes", "2",
             "--init-timeout", "3"]  # fmt: skip
-    # Process 1 with no coordinator at all; process 0 whose peer never comes.
-    lone_1 = _start(*base, "--coordinator", f"127.0.0.1:{_free_port()}", "--process-id", "1")
-    lone_0 = _start(*base, "--coordinator", f"127.0.0.1:{_free_port()}", "--process-id", "0")
+    # Process 1 with no coordinator at all; process 0 whose peer never comes. Two distinct ports:
+    # with the same one, process 1 would find process 0's coordinator and both would train.
+    nobody, coordinator = free_ports(2)
+    lone_1 = _start(*base, "--coordinator", f"127.0.0.1:{nobody}", "--process-id", "1")
+    lone_0 = _start(*base, "--coordinator", f"127.0.0.1:{coordinator}", "--process-id", "0")
     t0 = time.monotonic()
     times = []
     for proc, expected in (
@@ -233,8 +229,7 @@ def test_missing_coordinator_or_peer_times_out_with_a_message(tmp_path):
 # a peer killed mid-run
 
 
-def _two_processes(tmp_path: Path, name: str, every: int) -> list[subprocess.Popen]:
-    port = _free_port()
+def _two_processes(tmp_path: Path, name: str, every: int, port: int) -> list[subprocess.Popen]:
     args = ["train", "--out", str(tmp_path), "--name", name, *TINY, "--mesh", "data=2",
             "--set", "train.steps=100000", "--set", f"train.checkpoint_every={every}",
             "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
@@ -243,9 +238,9 @@ def _two_processes(tmp_path: Path, name: str, every: int) -> list[subprocess.Pop
 
 
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker", "coordinator"])
-def test_peer_killed_mid_run_stops_the_others_and_stays_restorable(tmp_path, victim):
+def test_peer_killed_mid_run_stops_the_others_and_stays_restorable(tmp_path, victim, free_ports):
     run = tmp_path / "mp"
-    procs = _two_processes(tmp_path, "mp", every=200)
+    procs = _two_processes(tmp_path, "mp", every=200, port=free_ports(1)[0])
     survivor = procs[1 - victim]
     _wait_for(lambda: 200 in _steps(run), survivor, "checkpoint 200")
     # Well between saves (~200 steps apart): the survivor is in a training step's collective.
@@ -280,11 +275,11 @@ def test_peer_killed_mid_run_stops_the_others_and_stays_restorable(tmp_path, vic
     )
 
 
-def test_peer_killed_during_a_save_stops_the_other_within_the_heartbeat(tmp_path):
+def test_peer_killed_during_a_save_stops_the_other_within_the_heartbeat(tmp_path, free_ports):
     # Killed while checkpoints are being written (one every 2 steps), the survivor may be waiting
     # in orbax's barrier rather than a collective: JAX's heartbeat (10 s here) then stops it.
     run = tmp_path / "mp"
-    procs = _two_processes(tmp_path, "mp", every=2)
+    procs = _two_processes(tmp_path, "mp", every=2, port=free_ports(1)[0])
     _wait_for(lambda: 10 in _steps(run), procs[0], "checkpoint 10")
     procs[1].kill()
     t0 = time.monotonic()

@@ -5,7 +5,6 @@ hang (and abort) the test process.
 """
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -28,12 +27,6 @@ ARGS = [
     "--set", "train.eval_batches=1", "--set", "train.checkpoint_every=0", "--set", "log.every=1",
     "--set", "sample.max_new_tokens=4", "--mesh", "data=2,fsdp=2",
 ]  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(devices: int) -> dict[str, str]:
@@ -72,8 +65,8 @@ def _losses(run) -> np.ndarray:
 
 
 @pytest.mark.slow
-def test_two_processes_match_one_process_with_four_devices(tmp_path):
-    port = _free_port()
+def test_two_processes_match_one_process_with_four_devices(tmp_path, free_ports):
+    (port,) = free_ports(1)
     base = ["train", "--out", str(tmp_path), *ARGS]
     two = [
         _start([*base, "--name", "two", "--coordinator", f"127.0.0.1:{port}",

@@ -1,6 +1,5 @@
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -123,14 +122,7 @@ def test_incomplete_configuration_error():
     assert "set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID" in proc.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
-def _run_two_processes(tmp_path: Path) -> list[dict]:
-    port = _free_port()
+def _run_two_processes(tmp_path: Path, port: int) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
     outs = [tmp_path / f"out{pid}.json" for pid in range(2)]
     procs = [
@@ -159,7 +151,7 @@ def _run_two_processes(tmp_path: Path) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.min_devices(4, why="the one-process reference uses the two workers' 2 x 2 mesh")
-def test_two_processes_match_one_process(tmp_path):
+def test_two_processes_match_one_process(tmp_path, free_ports):
     sys.path.insert(0, str(HERE))
     try:
         from two_process_worker import computation
@@ -168,7 +160,7 @@ def test_two_processes_match_one_process(tmp_path):
     mesh = ps.make_mesh((2, 2), ("data", "model"), devices=jax.devices()[:4])
     expected = computation(mesh, lambda rows: rows)
 
-    results = _run_two_processes(tmp_path)
+    results = _run_two_processes(tmp_path, free_ports(1)[0])
     for pid, got in enumerate(results):
         assert got["info"] == [pid, 2, 2, 4]
         assert got["batch_shape"] == [4, 8]
