@@ -209,6 +209,22 @@ def test_sample_with_an_empty_prompt_is_refused_before_compiling(finished_run, c
 @pytest.mark.parametrize(
     ("flags", "needle"),
     [
+        (["--top-k", "-3"], "generate: top_k = -3 must be >= 0 (0 keeps every token)"),
+        (["--temperature", "-1"], "generate: temperature = -1.0 must be a finite number >= 0"),
+        (["--top-p", "2"], "generate: top_p = 2.0 must be in (0, 1] (1 keeps every token)"),
+    ],
+)
+def test_sample_with_bad_sampling_flags_is_refused_before_compiling(
+    finished_run, capsys, flags, needle
+):
+    # The memory pre-flight compiles the sampling program first: it checks the options as
+    # generate does, instead of passing -3 on to lax.top_k.
+    _refused(capsys, ["sample", "--run", str(finished_run), *flags], needle)
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
         (["--batch-size", "0"], "gpt eval --batch-size 0: it must be >= 1"),
         (["--batch-size", "-2"], "gpt eval --batch-size -2: it must be >= 1"),
         (["--stride", "4"], "gpt eval --stride applies to --text"),

@@ -37,6 +37,13 @@ def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys, gpt_train, dro
     assert text.startswith("The ")
     assert main(["sample", str(run), *greedy]) == 0  # the older positional form still works
     assert capsys.readouterr().out == text
+    # --seed: the same seed gives the same text, another seed other text.
+    sampled = ["--prompt", "The ", "--max-new-tokens", "20", "--temperature", "1"]
+    seeded = []
+    for seed in ("1", "1", "2"):
+        assert main(["sample", "--run", str(run), *sampled, "--seed", seed]) == 0
+        seeded.append(capsys.readouterr().out)
+    assert seeded[0] == seeded[1] != seeded[2], seeded
     assert main(["sample", "--run", str(run), "--prompt", "The ", "--max-new-tokens", "100"]) == 2
     assert "exceeds the model's context, model.seq_len = 32" in capsys.readouterr().err
 

@@ -145,10 +145,15 @@ def _sample_parser(p: argparse.ArgumentParser) -> None:
                    help="text to continue (default: sample.prompt of the run's config)")  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens to generate (default: sample.max_new_tokens, capped by model.seq_len)")  # fmt: skip
-    p.add_argument("--temperature", type=float, default=None, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=None,
+                   help="softmax temperature, >= 0; 0 = greedy (default: sample.temperature)")  # fmt: skip
+    p.add_argument("--top-k", type=int, default=None, metavar="K",
+                   help="sample among the K most likely tokens only; 0 = all (default: sample.top_k)")  # fmt: skip
+    p.add_argument("--top-p", type=float, default=None, metavar="P",
+                   help="sample among the most likely tokens holding probability P, in (0, 1]; "
+                        "1 = all (default: sample.top_p)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed of the sampling; the same seed gives the same text (default 0)")  # fmt: skip
     _dry_run_arg(p, "the sampling program")
 
 

@@ -114,19 +114,23 @@ def generate(
     prompt = jnp.asarray(prompt, jnp.int32)
     squeeze = prompt.ndim == 1
     prompt = prompt[None] if squeeze else prompt
-    problems = sampling_problems("", max_new_tokens, temperature, top_k, top_p)
-    if problems:
-        raise ValueError(f"generate: {'; '.join(problems)}.")
-    _check_length(cfg, prompt.shape[1], max_new_tokens)
+    options = _options(cfg, prompt.shape[1], max_new_tokens, temperature, top_k, top_p)
     if max_new_tokens == 0:
         return prompt[0] if squeeze else prompt
-    options = _options(temperature, top_k, top_p)
     run = _generate_cached if use_cache else _generate_uncached
     out = run(params, prompt, key, cfg, max_new_tokens, options, stop_token)
     return out[0] if squeeze else out
 
 
-def _options(temperature: float, top_k: int | None, top_p: float | None) -> tuple:
+def _options(
+    cfg: Any, prompt_len: int, max_new_tokens: int, temperature: float, top_k: int | None,
+    top_p: float | None,
+) -> tuple:  # fmt: skip
+    """The static sampling options, once the arguments are checked (``generate`` and its AOT twin)."""
+    problems = sampling_problems("", max_new_tokens, temperature, top_k, top_p)
+    if problems:
+        raise ValueError(f"generate: {'; '.join(problems)}.")
+    _check_length(cfg, prompt_len, max_new_tokens)
     return float(temperature), int(top_k or 0) or None, None if top_p is None else float(top_p)
 
 
@@ -142,7 +146,7 @@ def compile_generate(
     cfg = getattr(config, "model", config)
     prompt = jax.ShapeDtypeStruct((1, prompt_len), jnp.int32)
     key = jax.eval_shape(lambda: jax.random.key(0))
-    options = _options(temperature, top_k, top_p)
+    options = _options(cfg, prompt_len, max_new_tokens, temperature, top_k, top_p)
     return _generate_cached.lower(params, prompt, key, cfg, max_new_tokens, options, None).compile()
 
 
