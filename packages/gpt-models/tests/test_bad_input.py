@@ -228,6 +228,7 @@ def test_sample_with_bad_sampling_flags_is_refused_before_compiling(
         (["--batch-size", "0"], "gpt eval --batch-size 0: it must be >= 1"),
         (["--batch-size", "-2"], "gpt eval --batch-size -2: it must be >= 1"),
         (["--stride", "4"], "gpt eval --stride applies to --text"),
+        (["--format", "mc"], "gpt eval --format mc applies to --task; pass --task FILE.jsonl too."),
     ],
 )
 def test_eval_flags_that_cannot_apply_are_refused(flags, needle, finished_run, capsys):

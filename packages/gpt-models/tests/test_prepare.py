@@ -221,6 +221,28 @@ def test_cli_bad_input_exits_2_without_traceback(tmp_path, capsys):
     assert "a.jsonl:1 is not JSON" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--tokenizer", "bpe", "--bpe-vocab-size", "10"],
+         "--bpe-vocab-size 10 is outside 257..65536 (the 256 bytes plus at least one merge"),
+        (["--bpe-vocab-size", "300"],
+         "--bpe-vocab-size 300 applies to --tokenizer bpe (the tokenizer trained here), not "
+         "--tokenizer byte"),
+        (["--out", "a.jsonl"], "a.jsonl is a file, but a token store is a folder"),
+    ],
+)  # fmt: skip
+def test_cli_refuses_bad_settings_before_reading_the_corpus(tmp_path, capsys, flags, needle):
+    src = _jsonl(tmp_path / "a.jsonl", _docs(3))
+    args = ["prepare", str(src), "--out", str(tmp_path / "st"), *flags]
+    if "--out" in flags:  # the later --out wins: point it at the corpus file itself
+        args[-1] = str(src)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err, err
+    assert not (tmp_path / "st").exists()
+
+
 def test_a_vocabulary_over_65536_ids_is_stored_as_uint32(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 

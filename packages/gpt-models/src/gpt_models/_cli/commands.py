@@ -203,6 +203,10 @@ def eval_command(args: argparse.Namespace) -> int:
         raise UsageError(f"gpt eval --batch-size {args.batch_size}: it must be >= 1, e.g. 8.")
     if args.stride is not None and args.text is None:
         raise UsageError("gpt eval --stride applies to --text; pass --text FILE too.")
+    if args.format is not None and args.task is None:
+        raise UsageError(
+            f"gpt eval --format {args.format} applies to --task; pass --task FILE.jsonl too."
+        )
     run = _chosen_run(args)
     config = _run_config(args, run, _EVAL_KEYS)
     if args.text is None and args.task is None:

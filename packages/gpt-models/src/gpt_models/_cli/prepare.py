@@ -17,8 +17,8 @@ def prepare_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", default="byte", metavar="byte|bpe|FILE.json",
                    help="byte (default), bpe (trained here on the first ~64 MB of documents) or "
                         "a tokenizers tokenizer.json")  # fmt: skip
-    p.add_argument("--bpe-vocab-size", type=int, default=2048,
-                   help="ids of the BPE tokenizer --tokenizer bpe trains; default 2048")  # fmt: skip
+    p.add_argument("--bpe-vocab-size", type=int, default=None,
+                   help="ids of the BPE tokenizer --tokenizer bpe trains, 257..65536; default 2048")  # fmt: skip
     p.add_argument("--val-fraction", type=float, default=0.01,
                    help="share of documents (by a hash of file name and position) held out "
                         "for validation; default 0.01")  # fmt: skip
@@ -31,7 +31,14 @@ def prepare_parser(p: argparse.ArgumentParser) -> None:
 def prepare_command(args: argparse.Namespace) -> int:
     """``gpt prepare``: write (or resume, or confirm) the store and print its summary."""
     from .._data.prepare import prepare
+    from .._errors import UsageError
 
+    if args.bpe_vocab_size is not None and args.tokenizer != "bpe":
+        raise UsageError(
+            f"gpt prepare --bpe-vocab-size {args.bpe_vocab_size} applies to --tokenizer bpe (the "
+            f"tokenizer trained here), not --tokenizer {args.tokenizer}; pass --tokenizer bpe, or "
+            "leave --bpe-vocab-size out."
+        )
     result = prepare(
         args.sources,
         args.out,
@@ -39,7 +46,7 @@ def prepare_command(args: argparse.Namespace) -> int:
         val_fraction=args.val_fraction,
         text_field=args.text_field,
         shard_tokens=args.shard_tokens,
-        bpe_vocab_size=args.bpe_vocab_size,
+        bpe_vocab_size=2048 if args.bpe_vocab_size is None else args.bpe_vocab_size,
         progress=sys.stderr,
     )
     m = result.manifest

@@ -24,7 +24,14 @@ from typing import Any, TextIO
 import numpy as np
 
 from .._errors import DataError
-from .bpe import END_OF_TEXT, BPETokenizer, end_of_text_id, read_tokenizer_json
+from .bpe import (
+    END_OF_TEXT,
+    MAX_VOCAB,
+    MIN_VOCAB,
+    BPETokenizer,
+    end_of_text_id,
+    read_tokenizer_json,
+)
 from .sources import SourceFile, file_sha256, find_sources, read_documents
 from .store import (
     FORMAT,
@@ -129,7 +136,17 @@ def prepare(
         raise DataError(f"--val-fraction {val_fraction} is outside [0, 1); e.g. 0.01.")
     if shard_tokens < 1:
         raise DataError(f"shard_tokens = {shard_tokens} must be positive, e.g. {1 << 26}.")
+    if tokenizer == "bpe" and not MIN_VOCAB <= bpe_vocab_size <= MAX_VOCAB:
+        raise DataError(
+            f"--bpe-vocab-size {bpe_vocab_size} is outside {MIN_VOCAB}..{MAX_VOCAB} (the 256 "
+            "bytes plus at least one merge, at most what uint16 token ids hold); e.g. 2048."
+        )
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise DataError(
+            f"--out {out} is a file, but a token store is a folder (shards and {MANIFEST}). "
+            f"Pass a new or existing folder, e.g. --out {out.parent / (out.stem + '-store')}."
+        )
     sources = find_sources(inputs)
     hashes = [file_sha256(s.path) for s in sources]
     settings = {
