@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -188,10 +189,17 @@ def test_export_refuses_a_model_without_hf_equivalent(tmp_path):
     cfg = dataclasses.replace(tiny, d_model=32, n_layers=1, n_heads=2, seq_len=8)
     with pytest.raises(CheckpointFormatError, match="is neither GPT-2 .* nor Llama") as err:
         export_hf(cfg, init_params(cfg, jax.random.key(0)), tmp_path / "out")
-    assert (
-        "train one with --set model.norm=layernorm --set model.pos=learned --set model.mlp=gelu "
-        "(GPT-2) or --set model.mlp=swiglu (Llama)"
-    ) in str(err.value)
+    gpt2_flags = ("--set model.norm=layernorm --set model.pos=learned --set model.mlp=gelu "
+                  "--set model.bias=true --set model.qk_norm=false")  # fmt: skip
+    llama_flags = "--set model.mlp=swiglu --set model.qk_norm=false"
+    assert f"train one with {gpt2_flags} (GPT-2) or {llama_flags} (Llama)" in str(err.value)
+    # Following the hint gives a model that exports.
+    for flags in (gpt2_flags, llama_flags):
+        settings = dict(re.findall(r"--set model\.(\w+)=(\S+)", flags))
+        fixed = dataclasses.replace(
+            cfg, **{k: {"false": False, "true": True}.get(v, v) for k, v in settings.items()}
+        )
+        export_hf(fixed, init_params(fixed, jax.random.key(0)), tmp_path / fixed.mlp)
     cfg = dataclasses.replace(cfg, mlp="swiglu")
     with pytest.raises(CheckpointFormatError, match="model.qk_norm = True has no LlamaForCausalLM"):
         export_hf(cfg, init_params(cfg, jax.random.key(0)), tmp_path / "out")

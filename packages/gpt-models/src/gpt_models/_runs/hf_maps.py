@@ -243,33 +243,43 @@ def expected_names(arch: str, m: ModelConfig, strip: str) -> dict[str, None]:
 
 
 def export_arch(m: ModelConfig) -> str:
-    gpt2 = {"norm": "layernorm", "pos": "learned", "mlp": "gelu", "tie_embeddings": True}
+    """The Hugging Face class ``m`` exports as, or a :class:`CheckpointFormatError` that names
+    every ``--set`` flag a run needs to train an exportable model of each kind."""
+    gpt2 = {"norm": "layernorm", "pos": "learned", "mlp": "gelu", "tie_embeddings": True,
+            "bias": True}  # fmt: skip
     llama = {"norm": "rmsnorm", "pos": "rope", "mlp": "swiglu", "bias": False}
     common = {"qk_norm": False, "logit_softcap": 0.0}
+
+    def missing(arch: str, want: dict[str, object]) -> dict[str, object]:
+        """Settings ``m`` lacks for ``arch``: its own, then those both share."""
+        needs = {**want, **common}
+        if arch == "GPT2LMHeadModel" and m.n_kv_heads not in (0, m.n_heads):
+            needs["n_kv_heads"] = 0  # GPT-2 has no grouped-query attention
+        return {k: v for k, v in needs.items() if getattr(m, k) != v}
+
+    def flags(lacking: dict[str, object]) -> str:
+        return " ".join(f"--set model.{k}={str(v).lower()}" for k, v in lacking.items())
+
+    kinds = {"GPT2LMHeadModel": missing("GPT2LMHeadModel", gpt2),
+             "LlamaForCausalLM": missing("LlamaForCausalLM", llama)}  # fmt: skip
+    fix = (
+        f"The architecture is fixed when a run starts: train one with {flags(kinds['GPT2LMHeadModel'])} "
+        f"(GPT-2) or {flags(kinds['LlamaForCausalLM'])} (Llama); this run stays readable by gpt "
+        "sample and gpt eval."
+    )
     for arch, want in (("GPT2LMHeadModel", gpt2), ("LlamaForCausalLM", llama)):
         if all(getattr(m, k) == v for k, v in want.items()):
-            wrong = {k: getattr(m, k) for k, v in common.items() if getattr(m, k) != v}
-            if arch == "GPT2LMHeadModel" and m.n_kv_heads not in (0, m.n_heads):
-                wrong["n_kv_heads"] = m.n_kv_heads
-            if wrong:
-                key, value = next(iter(wrong.items()))
+            if kinds[arch]:
+                key, value = next(iter(kinds[arch].items()))
                 raise CheckpointFormatError(
-                    f"model.{key} = {value!r} has no {arch} equivalent; only models without it "
-                    f"can be exported (expected {common.get(key, 0)!r})."
+                    f"model.{key} = {getattr(m, key)!r} has no {arch} equivalent; only models "
+                    f"with model.{key} = {value!r} can be exported. {fix}"
                 )
             return arch
-
-    def flags(want: dict[str, object]) -> str:
-        return " ".join(
-            f"--set model.{k}={str(v).lower()}" for k, v in want.items() if getattr(m, k) != v
-        )
-
     raise CheckpointFormatError(
         f"This model (model.norm = {m.norm!r}, pos = {m.pos!r}, mlp = {m.mlp!r}, tie_embeddings = "
-        f"{m.tie_embeddings}, bias = {m.bias}) is neither GPT-2 (layernorm, learned, gelu, tied) "
-        "nor Llama (rmsnorm, rope, swiglu, no bias); only those two can be exported. The "
-        f"architecture is fixed when a run starts: train one with {flags(gpt2)} (GPT-2) or "
-        f"{flags(llama)} (Llama); this run stays readable by gpt sample and gpt eval."
+        f"{m.tie_embeddings}, bias = {m.bias}) is neither GPT-2 (layernorm, learned, gelu, tied, biases) "
+        f"nor Llama (rmsnorm, rope, swiglu, no bias); only those two can be exported. {fix}"
     )
 
 
