@@ -168,6 +168,14 @@ BAD = {
               "tensor 'transformer.wpe.weight' has shape (32, 32), which does not fit "
               "config.json"),
     "truncated": (_truncate, "is not a readable safetensors file"),
+    "no config": (lambda f: (f / "config.json").unlink(),
+                  "config.json does not exist. Expected a Hugging Face model folder with "
+                  "config.json and model.safetensors"),
+    "a run folder": (lambda f: ((f / "config.json").unlink(), (f / "config.toml").touch()),
+                     "is a run folder made by gpt train (config.toml), not a Hugging Face model "
+                     "folder (config.json). Use it as it is"),
+    "not a folder": (lambda f: shutil.rmtree(f),
+                     "is not a folder. Expected a Hugging Face model folder"),
 }  # fmt: skip
 
 

@@ -214,6 +214,12 @@ def read_hf_config(path: str | Path, *, dtype: str = "float32") -> tuple[str, Co
             "model.safetensors, what save_pretrained writes)."
         )
     source = folder / "config.json"
+    if not source.exists() and (folder / "config.toml").is_file():
+        raise CheckpointFormatError(
+            f"{folder} is a run folder made by gpt train (config.toml), not a Hugging Face model "
+            "folder (config.json). Use it as it is: gpt sample/eval --run, gpt train --init-from "
+            f"{folder}; or write it as a Hugging Face folder with gpt export."
+        )
     arch, model = model_config(_read_json(source), source, dtype)
     try:
         return arch, Config(model=model)
