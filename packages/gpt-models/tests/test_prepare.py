@@ -243,6 +243,18 @@ def test_cli_refuses_bad_settings_before_reading_the_corpus(tmp_path, capsys, fl
     assert not (tmp_path / "st").exists()
 
 
+def test_a_store_too_small_to_train_on_names_the_prepare_flag(tmp_path):
+    # A store's split is gpt prepare's: data.val_fraction is not what to change.
+    src = _jsonl(tmp_path / "a.jsonl", _docs(30))
+    message = r"its validation split has 0 tokens \(split by gpt prepare --val-fraction 0\.0\)"
+    for tokenizer in ("byte", "bpe"):
+        prepare([src], tmp_path / tokenizer, val_fraction=0.0, tokenizer=tokenizer,
+                bpe_vocab_size=300)  # fmt: skip
+        cfg = DataConfig(path=str(tmp_path / tokenizer), tokenizer=tokenizer)
+        with pytest.raises(DataError, match=message):
+            load_dataset(cfg, seq_len=8, vocab_size=320)
+
+
 def test_a_vocabulary_over_65536_ids_is_stored_as_uint32(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 

@@ -79,8 +79,7 @@ def load_dataset(
         (True, 1.0)
     """
     if cfg.path and is_store(Path(cfg.path)):
-        ds = _store_dataset(Path(cfg.path), cfg, tokenizer, vocab_size)
-        _check_length(ds, cfg, seq_len)
+        ds = _store_dataset(Path(cfg.path), cfg, tokenizer, vocab_size, seq_len)
         return ds  # ids < the tokenizer's vocab by construction, checked against the model's
     tok = tokenizer or ByteTokenizer()
     source = cfg.path or "<embedded corpus: pydoc_data.topics>"
@@ -93,7 +92,7 @@ def load_dataset(
         train_bytes, val_bytes = text_splits(cfg)
         train, val = _encode(tok, train_bytes), _encode(tok, val_bytes)
         ds = Dataset(train, val, source, tok, len(val_bytes) / max(len(val), 1))
-    _check_length(ds, cfg, seq_len)
+    _check_length(ds, seq_len, f"data.val_fraction = {cfg.val_fraction}")
     _check_vocab(ds, vocab_size)
     return ds
 
@@ -122,10 +121,10 @@ def text_splits(cfg: DataConfig) -> tuple[bytes, bytes]:
 
 
 def _store_dataset(
-    folder: Path, cfg: DataConfig, tok: Tokenizer | None, vocab_size: int
+    folder: Path, cfg: DataConfig, tok: Tokenizer | None, vocab_size: int, seq_len: int
 ) -> Dataset:
     """A token store's splits, read from its shards on demand; its tokenizer must be the run's
-    (``tok``; None: the store's own)."""
+    (``tok``; None: the store's own), and each split must hold a ``seq_len`` window."""
     file = store_tokenizer_file(folder, tokenizer_kind(cfg.tokenizer))
     if tok is None:
         tok = ByteTokenizer() if file is None else BPETokenizer.load(file)
@@ -137,7 +136,11 @@ def _store_dataset(
             f"The token store {folder} has {vocab} token ids, but model.vocab_size = "
             f"{vocab_size}. Set --set model.vocab_size={_round_up(vocab, 64)}."
         )
-    return Dataset(store.train, store.val, str(folder), tok, _bytes_per_token(tok, store.val))
+    ds = Dataset(store.train, store.val, str(folder), tok, _bytes_per_token(tok, store.val))
+    # The split was made by gpt prepare: data.val_fraction does not apply to a store.
+    made = store.manifest.get("settings", {}).get("val_fraction")
+    _check_length(ds, seq_len, f"split by gpt prepare --val-fraction {made}")
+    return ds
 
 
 def _encode(tok: Tokenizer, data: bytes) -> np.ndarray:
@@ -151,6 +154,8 @@ def _bytes_per_token(tok: Tokenizer, val: TokenArray) -> float:
     if isinstance(tok, ByteTokenizer):
         return 1.0
     ids = np.asarray(val[:_VOCAB_CHECK_TOKENS], dtype=np.int64)
+    if not ids.size:  # an empty split, refused by _check_length before anything reads this
+        return float("nan")
     return float(tok.byte_lengths[np.minimum(ids, tok.vocab_size - 1)].mean())
 
 
@@ -214,15 +219,16 @@ def _read_folder(folder: Path) -> bytes:
     return b"\n\n".join(parts)
 
 
-def _check_length(ds: Dataset, cfg: DataConfig, seq_len: int) -> None:
+def _check_length(ds: Dataset, seq_len: int, split_by: str) -> None:
+    """Each split holds one window; ``split_by`` says what set the split (a config key or the
+    ``gpt prepare`` flag of a token store)."""
     need = seq_len + 2  # one window of seq_len inputs plus the shifted target, and one spare start
     for split, arr in (("train", ds.train), ("validation", ds.val)):
         if len(arr) < need:
             raise DataError(
                 f"Data {ds.source} is too short: its {split} split has {len(arr)} tokens "
-                f"(data.val_fraction = {cfg.val_fraction}), but model.seq_len = {seq_len} needs at "
-                f"least {need}. Use more text, or a shorter context, e.g. --set model.seq_len="
-                f"{max(8, len(arr) // 4)}."
+                f"({split_by}), but model.seq_len = {seq_len} needs at least {need}. Use more "
+                f"text, or a shorter context, e.g. --set model.seq_len={max(8, len(arr) // 4)}."
             )
 
 
