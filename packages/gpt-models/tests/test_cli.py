@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from gpt_models import load_config, load_run, main
+from gpt_models import PRESETS, load_config, load_run, main
 
 
 def _params(run):
@@ -216,6 +216,7 @@ def test_train_help_points_to_config_show(capsys):
     assert exit_.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "every config key with its value and meaning: gpt config show" in out
+    assert f"a preset ({', '.join(PRESETS)}) or a TOML file" in out and "llama-tiny" in out
 
 
 @pytest.mark.parametrize("flag", [["--wandb", "offline"], ["--set", "log.wandb=online"]])

@@ -16,6 +16,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from .._config.schema import PRESETS
 from .hf import export_parser, import_parser
 from .prepare import prepare_parser
 from .quiet_stderr import quiet_stderr
@@ -61,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, metavar="PRESET|FILE.toml",
-                   help="a preset (tiny, gpt2-small, gpt2-medium) or a TOML file; default tiny")  # fmt: skip
+                   help=f"a preset ({', '.join(PRESETS)}) or a TOML file; default tiny")  # fmt: skip
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set model.d_model=256 (repeatable; "
                         "`gpt config show` lists every key)")  # fmt: skip
