@@ -75,6 +75,32 @@ def test_refused_launch_into_a_finished_run_leaves_its_config_toml(run_copy, cap
     assert _snapshot(run_copy) == before
 
 
+@pytest.mark.parametrize(
+    ("flags", "needles"),
+    [
+        (["--set", "model.d_model=64"],
+         ("--set model.d_model=64: a resumed run keeps its architecture, and this run has "
+          "model.d_model = 32", "train the other architecture as a new run with --name")),
+        (["--set", "train.steps=1"],
+         ("is at step 2 (its newest checkpoint), past train.steps = 1; a resumed run cannot go "
+          "back", "--set train.steps=N (N > 2)")),
+    ],
+)  # fmt: skip
+def test_resume_refuses_what_the_checkpoint_cannot_continue(run_copy, capsys, flags, needles):
+    # Refused before config.toml is rewritten: the run keeps the config it trained with.
+    before = _snapshot(run_copy)
+    _refused(capsys, ["train", "--resume", str(run_copy), *flags], *needles)
+    assert _snapshot(run_copy) == before
+
+
+def test_resuming_a_complete_run_says_nothing_was_trained(run_copy, capsys):
+    # Re-running the command of a finished run (a requeued job) rewrites the run's end products.
+    assert main(["train", "--resume", str(run_copy), "--set", "model.attention=xla"]) == 0
+    out = capsys.readouterr().out
+    assert "Nothing to train: the run was at step 2 = train.steps already" in out, out
+    assert "train loss nan" not in out and f"--resume {run_copy} --set train.steps=N" in out
+
+
 def test_a_lock_that_is_a_symlink_is_refused_and_its_target_untouched(run_copy, capsys):
     victim = run_copy.parent / "victim.txt"
     victim.write_text("precious")

@@ -90,10 +90,20 @@ def train_command(args: argparse.Namespace) -> int:
             exit_on_lost_peer(err, run)
         raise
     minutes = (time.perf_counter() - started) / 60
-    print(
-        f"\nDone in {minutes:.1f} min: step {result.step}, train loss {result.loss:.4f}, "
+    done = (
+        f"Done in {minutes:.1f} min: step {result.step}, train loss {result.loss:.4f}, "
         f"val loss {result.val_loss:.4f} nats/byte, {result.tokens_per_s / 1e3:.1f}k tok/s"
-        f"{'' if math.isnan(result.mfu) else f', MFU {100 * result.mfu:.1f}%'}.\nRun folder: {run} "
+        f"{'' if math.isnan(result.mfu) else f', MFU {100 * result.mfu:.1f}%'}."
+    )
+    if result.resumed_from == result.step:  # resumed a complete run: no step was trained
+        done = (
+            f"Nothing to train: the run was at step {result.step} = train.steps already; its "
+            f"val loss {result.val_loss:.4f} nats/byte, loss.png and sample.txt were written "
+            f"again. Train further with gpt train --resume {run} --set train.steps=N "
+            f"(N > {result.step})."
+        )
+    print(
+        f"\n{done}\nRun folder: {run} "
         f"(config.toml, checkpoints/, metrics/, metrics.csv, loss.png, sample.txt)\n\n--- sample "
         f"---\n{result.sample}\n--------------",
     )
@@ -338,7 +348,12 @@ def _train_config(args: argparse.Namespace) -> Config:
                 "--init-from starts a new run; --resume continues one. Pass only one of them."
             )
         base = _from_source(base, args.init_from)
-    return apply_overrides(base, overrides, from_text=True)
+    cfg = apply_overrides(base, overrides, from_text=True)
+    if args.resume:
+        from .._training.init_from import check_resume_model
+
+        check_resume_model(Path(args.resume), base.model, cfg.model)
+    return cfg
 
 
 def _from_source(base: Config, source: str) -> Config:

@@ -3,6 +3,7 @@
 The new run gets those weights, a fresh optimizer state and step 0; batch, learning rate, steps and
 data may differ from the source's, the architecture may not: every model key that shapes the params
 or the forward pass must equal the source's (``ARCH_KEYS``), checked before anything is written.
+``gpt train --resume`` holds a run to its own architecture the same way (``check_resume_model``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from .._runs.folders import load_run
 from .._runs.hf import import_hf, read_hf_config
 from .step import TrainState, _replicated, abstract_state, state_shardings
 
-# Model keys that may differ from the source: how the same weights are computed, stored or
-# regularised in training (dropout).
-FREE_KEYS = ("dtype", "param_dtype", "remat", "scan_layers", "init_std", "dropout")
+# Model keys that may differ from the source: how the same weights are computed (the attention
+# kernel, compute dtype, remat, scan), stored or regularised in training (dropout).
+FREE_KEYS = ("dtype", "param_dtype", "remat", "scan_layers", "init_std", "dropout", "attention")
 ARCH_KEYS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name not in FREE_KEYS)
 
 
@@ -60,6 +61,20 @@ def check_init_from(cfg: Config) -> None:
                 f"train.init_from = {source!r}, which has model.{key} = {getattr(theirs, key)!r}. "
                 f"A run started from its weights keeps its architecture: drop the --set "
                 f"model.{key} (train/data/sample keys and model.{'/'.join(FREE_KEYS)} may change)."
+            )
+
+
+def check_resume_model(run: Path, saved: ModelConfig, model: ModelConfig) -> None:
+    """Refuse a ``--set`` that changes the architecture of the run being resumed (its ``saved``
+    model); the checkpoint's params could not be restored into it."""
+    for key in ARCH_KEYS:
+        if getattr(model, key) != getattr(saved, key):
+            raise ConfigError(
+                f"gpt train --resume {run} --set model.{key}={getattr(model, key)!r}: a resumed run "
+                f"keeps its architecture, and this run has model.{key} = "
+                f"{getattr(saved, key)!r}. Drop that --set (train/data/sample keys and "
+                f"model.{'/'.join(FREE_KEYS)} may change), or train the other architecture as a "
+                "new run with --name."
             )
 
 

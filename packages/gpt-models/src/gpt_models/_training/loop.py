@@ -72,7 +72,8 @@ class RunResult:
     ``loss`` is the last train loss in nats per token, ``val_loss`` in nats per byte; ``mfu`` is
     model FLOPs utilisation, NaN when the device's peak is unknown (CPU without
     ``train.peak_flops``); ``sample`` is the text written to ``sample.txt`` (empty with
-    ``write_sample=False``).
+    ``write_sample=False``). ``resumed_from`` is the step this call started at (0 for a new run):
+    equal to ``step``, the run was complete already and no step was trained (``loss`` is NaN).
     """
 
     run_dir: Path
@@ -82,6 +83,7 @@ class RunResult:
     tokens_per_s: float
     mfu: float
     sample: str
+    resumed_from: int = 0
 
 
 def train(
@@ -309,6 +311,14 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abst
             return init_state_from(cfg, optimizer, mesh), 0
         return init_state(cfg, optimizer, mesh), 0
     items, meta, step = ckpt.restore(to_items(abstract))
+    if step > cfg.train.steps:  # before config.toml is rewritten with the smaller count
+        run = ckpt.directory.parent
+        raise UsageError(
+            f"{run} is at step {step} (its newest checkpoint), past train.steps = "
+            f"{cfg.train.steps}; a resumed run cannot go back. Train further with gpt train "
+            f"--resume {run} --set train.steps=N (N > {step}), or read the run as it is with "
+            f"gpt sample/eval --run {run}."
+        )
     state = from_items(items)
     if gone := ckpt.discard_damaged(step):
         print(
@@ -368,7 +378,7 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
             skipped.append("sample.txt")
         if "signum" in stop:
             raise TrainingInterrupted(stop["signum"], cfg.train.steps, tuple(skipped))
-    return RunResult(run, cfg.train.steps, loop.loss, val, tps, mfu, sample)
+    return RunResult(run, cfg.train.steps, loop.loss, val, tps, mfu, sample, start)
 
 
 def _close_after(loop: _Loop, err: BaseException) -> None:
