@@ -148,8 +148,10 @@ def test_resume_with_a_garbage_metrics_index_leaves_config_toml(run_copy, capsys
 # --- flags -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("flag", ["--resume", "--config", "--out", "--coordinator"])
-def test_an_empty_path_flag_is_refused(flag, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "flag", ["--resume", "--config", "--out", "--coordinator", "--mesh", "--init-from"]
+)
+def test_an_empty_flag_is_refused(flag, tmp_path, capsys):
     _refused(capsys, ["train", "--out", str(tmp_path), flag, ""], f"{flag} '' is empty")
     assert list(tmp_path.iterdir()) == []
 

@@ -233,7 +233,8 @@ def eval_command(args: argparse.Namespace) -> int:
 def _check_train_flags(args: argparse.Namespace) -> None:
     """Flags that cannot work, refused before JAX starts or anything is read or written."""
     for flag, value in (("--resume", args.resume), ("--config", args.config),
-                        ("--out", args.out), ("--coordinator", args.coordinator)):  # fmt: skip
+                        ("--out", args.out), ("--coordinator", args.coordinator),
+                        ("--mesh", args.mesh), ("--init-from", args.init_from)):  # fmt: skip
         if value is not None and not value.strip():
             raise UsageError(
                 f"gpt train {flag} '' is empty. Pass a value (e.g. {flag} "
@@ -265,6 +266,8 @@ _FLAG_EXAMPLES = {
     "--config": "tiny",
     "--out": "runs",
     "--coordinator": "10.0.0.1:1234",
+    "--mesh": "data=2,fsdp=4",
+    "--init-from": "runs/<name>",
 }
 
 
