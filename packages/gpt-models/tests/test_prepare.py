@@ -318,11 +318,14 @@ def test_gpt_train_on_a_bpe_store_uses_its_tokenizer(tmp_path, make_config):
     src = _jsonl(tmp_path / "a.jsonl", _docs(300))
     prepare([src], tmp_path / "st", tokenizer="bpe", bpe_vocab_size=300, val_fraction=0.1)
     cfg = make_config(
-        data={"path": str(tmp_path / "st"), "tokenizer": "bpe"},
+        data={"path": str(tmp_path / "st"), "tokenizer": "bpe", "val_fraction": 0.3},
         train={"steps": 2, "eval_every": 2},
         mesh={"data": -1},
     )
-    assert train(cfg, tmp_path / "run", stream=io.StringIO(), write_sample=False).step == 2
+    told = io.StringIO()
+    assert train(cfg, tmp_path / "run", stream=told, write_sample=False).step == 2
+    # The store keeps the split gpt prepare made; a data.val_fraction set anyway is noted.
+    assert "note: data.val_fraction = 0.3 does not apply to a token store" in told.getvalue()
     assert (tmp_path / "run" / "tokenizer.json").read_text() == (
         tmp_path / "st" / "tokenizer.json"
     ).read_text()

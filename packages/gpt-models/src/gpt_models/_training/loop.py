@@ -25,10 +25,11 @@ from jax.sharding import Mesh
 import lox
 import paramspec as ps
 
-from .._config.schema import Config, fit_warmup
+from .._config.schema import Config, DataConfig, fit_warmup
 from .._config.toml import dumps
 from .._data.corpus import Dataset, load_dataset, train_batch
 from .._data.run_tokenizer import prepare_tokenizer, save_tokenizer
+from .._data.store import is_store
 from .._distributed.mesh import MICRO_BATCH_AXES, make_mesh, place_batch
 from .._distributed.processes import host_value, is_primary
 from .._errors import (
@@ -214,6 +215,13 @@ def _prepare(cfg: Config, run: Path, resume: bool, stream: TextIO) -> tuple[Any,
     dataset = load_dataset(
         cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size, tokenizer=tokenizer
     )
+    split, default_split = cfg.data.val_fraction, DataConfig().val_fraction
+    if split != default_split and cfg.data.path and is_store(Path(cfg.data.path)) and is_primary():
+        print(
+            f"note: data.val_fraction = {cfg.data.val_fraction} does not apply to a token store: "
+            f"{cfg.data.path} keeps the split gpt prepare made (its --val-fraction).",
+            file=stream,
+        )
     TaskEvals(cfg, tokenizer)  # a bad train.eval_tasks file fails here, not at the first eval
     optimizer = make_optimizer(cfg.train)
     return cfg, mesh, tokenizer, dataset, optimizer, _abstract(cfg, optimizer, mesh)
