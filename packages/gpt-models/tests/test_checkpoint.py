@@ -183,7 +183,8 @@ def test_reads_leave_nothing_behind_and_clear_a_dead_readers_view(tmp_path):
 def test_no_checkpoint_is_a_clear_error(tmp_path):
     ckpt = Checkpointer(tmp_path / "c", keep=1)
     with pytest.raises(
-        UsageError, match=r"No checkpoint in .*c: the run saved none yet .*Train it"
+        UsageError,
+        match=r"No checkpoint in .*c: the run saved none yet .*gpt train --config .*config\.toml --name NEW",
     ):
         ckpt.restore(_state(0))
     ckpt.close()

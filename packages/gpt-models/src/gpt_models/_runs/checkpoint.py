@@ -192,8 +192,11 @@ class Checkpointer:
         if not errors:
             raise UsageError(
                 f"No checkpoint in {self.directory}: the run saved none yet (a run saves every "
-                "train.checkpoint_every steps and at the end). Train it further, or pick a run "
-                "folder that has one."
+                "train.checkpoint_every steps and at the end). A run still training writes its "
+                "first one soon; one that stopped before that has nothing to read or resume: "
+                f"train it again with its settings, gpt train --config "
+                f"{self.directory.parent / 'config.toml'} --name NEW, or pick a run folder that "
+                "has a checkpoint."
             )
         raise UsageError(
             f"No checkpoint in {self.directory} could be restored:\n  "
