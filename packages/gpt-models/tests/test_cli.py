@@ -210,6 +210,19 @@ def test_argparse_errors_and_module_entry_point():
     assert "invalid choice: 'trian'" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_version_names_the_stack_and_jax(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"gpt-models {version('gpt-models')} (") and out.count("\n") == 1, out
+    for name in ("core-primitives", "lox-logging", "blox-params", "paramspec-sharding", "jax"):
+        assert f"{name} {version(name)}" in out, out
+    assert f"Python {sys.version.split()[0]})" in out
+
+
 def test_train_help_points_to_config_show(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["train", "--help"])

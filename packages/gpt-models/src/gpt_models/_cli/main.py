@@ -29,12 +29,43 @@ _SHOW = (
 )
 
 
+_STACK = ("core-primitives", "lox-logging", "blox-params", "paramspec-sharding", "jax", "jaxlib",
+          "optax", "orbax-checkpoint")  # fmt: skip
+
+
+def _versions() -> str:
+    """``gpt --version``: this package's version, then what it runs on (what a bug report needs)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    under = ", ".join(f"{name} {of(name)}" for name in _STACK)
+    return f"gpt-models {of('gpt-models')} ({under}; Python {sys.version.split()[0]})"
+
+
+class _Version(argparse.Action):
+    """``--version``: one unwrapped line (argparse's own action rewraps it), looked up when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(_versions())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpt",
         description="Train, sample from and evaluate small GPT models (byte-level by default).",
         epilog=f"Config keys: {_SHOW}",
     )
+    parser.add_argument("--version", action=_Version,
+                        help="print the versions of gpt-models, the stack under it and JAX")  # fmt: skip
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="{train,prepare,sample,eval,config,import,export}"
     )
