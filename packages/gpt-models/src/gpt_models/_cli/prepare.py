@@ -46,7 +46,7 @@ def prepare_command(args: argparse.Namespace) -> int:
         val_fraction=args.val_fraction,
         text_field=args.text_field,
         shard_tokens=args.shard_tokens,
-        bpe_vocab_size=2048 if args.bpe_vocab_size is None else args.bpe_vocab_size,
+        **({} if args.bpe_vocab_size is None else {"bpe_vocab_size": args.bpe_vocab_size}),
         progress=sys.stderr,
     )
     m = result.manifest

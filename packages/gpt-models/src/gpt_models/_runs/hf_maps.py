@@ -249,28 +249,28 @@ def export_arch(m: ModelConfig) -> str:
             "bias": True}  # fmt: skip
     llama = {"norm": "rmsnorm", "pos": "rope", "mlp": "swiglu", "bias": False}
     common = {"qk_norm": False, "logit_softcap": 0.0}
+    archs = {"GPT2LMHeadModel": gpt2, "LlamaForCausalLM": llama}
 
-    def missing(arch: str, want: dict[str, object]) -> dict[str, object]:
-        """Settings ``m`` lacks for ``arch``: its own, then those both share."""
-        needs = {**want, **common}
+    def lacking(arch: str) -> dict[str, object]:
+        """The settings ``m`` lacks for ``arch``: the kind's own, then those both share."""
+        needs = {**archs[arch], **common}
         if arch == "GPT2LMHeadModel" and m.n_kv_heads not in (0, m.n_heads):
             needs["n_kv_heads"] = 0  # GPT-2 has no grouped-query attention
         return {k: v for k, v in needs.items() if getattr(m, k) != v}
 
-    def flags(lacking: dict[str, object]) -> str:
-        return " ".join(f"--set model.{k}={str(v).lower()}" for k, v in lacking.items())
-
-    kinds = {"GPT2LMHeadModel": missing("GPT2LMHeadModel", gpt2),
-             "LlamaForCausalLM": missing("LlamaForCausalLM", llama)}  # fmt: skip
-    fix = (
-        f"The architecture is fixed when a run starts: train one with {flags(kinds['GPT2LMHeadModel'])} "
-        f"(GPT-2) or {flags(kinds['LlamaForCausalLM'])} (Llama); this run stays readable by gpt "
-        "sample and gpt eval."
+    lacks = {arch: lacking(arch) for arch in archs}
+    gpt2_flags, llama_flags = (
+        " ".join(f"--set model.{k}={str(v).lower()}" for k, v in lacks[arch].items())
+        for arch in archs
     )
-    for arch, want in (("GPT2LMHeadModel", gpt2), ("LlamaForCausalLM", llama)):
+    fix = (
+        f"The architecture is fixed when a run starts: train one with {gpt2_flags} (GPT-2) or "
+        f"{llama_flags} (Llama); this run stays readable by gpt sample and gpt eval."
+    )
+    for arch, want in archs.items():
         if all(getattr(m, k) == v for k, v in want.items()):
-            if kinds[arch]:
-                key, value = next(iter(kinds[arch].items()))
+            if lacks[arch]:
+                key, value = next(iter(lacks[arch].items()))
                 raise CheckpointFormatError(
                     f"model.{key} = {getattr(m, key)!r} has no {arch} equivalent; only models "
                     f"with model.{key} = {value!r} can be exported. {fix}"
