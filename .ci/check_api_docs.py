@@ -15,13 +15,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXPORT = re.compile(r"^from \S+ import (\w+) as \1$", re.MULTILINE)
+EXPORT = re.compile(r"^[ \t]*from \S+ import (\w+) as \1$", re.MULTILINE)
 
 
 def public_names(init_source: str) -> list[str]:
     """The names an `__init__.py` re-exports.
 
-    >>> public_names("from ._a import f as f\\nfrom ._b import g\\nfrom . import compat as compat")
+    >>> public_names("from ._a import f as f\\nfrom ._b import g\\n    from . import compat as compat")
     ['f', 'compat']
     """
     return EXPORT.findall(init_source)

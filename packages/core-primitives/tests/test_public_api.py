@@ -24,6 +24,7 @@ EXPECTED = {
     "html_tree",
     "identity_primitive",
     "keypath_to_path",
+    "lazy_exports",
     "list_alternatives",
     "pytree_dataclass",
     "tree_paths",

@@ -261,3 +261,37 @@ def test_wandb_flag_selects_a_wandb_logger_in_the_run_folder(tmp_path, monkeypat
     assert len(made) == 1 and made[0]["mode"] == "offline" and made[0]["name"] == "run"
     assert made[0]["dir"] == str(tmp_path / "run")  # wandb files stay in the run folder
     assert made[0]["config"]["train"]["steps"] == 6
+
+
+_COMMANDS = ("train", "prepare", "sample", "eval", "import", "export", "config")
+
+
+# The front door answers without JAX: importing it takes seconds, and --help, --version and every
+# command's --help need none of it (the public names load when first used).
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["--version"], *([c, "--help"] for c in _COMMANDS)],
+    ids=lambda a: " ".join(a),
+)
+def test_help_and_version_do_not_import_jax(argv):
+    code = (
+        "import sys\nfrom gpt_models import main\ntry:\n    main(sys.argv[1:])\n"
+        "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+        "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if m.startswith('jax'))[:5]"
+    )
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip(), "printed nothing"
+
+
+def test_public_names_load_on_first_use():
+    code = (
+        "import sys, gpt_models\nassert 'jax' not in sys.modules\n"
+        "assert sorted(dir(gpt_models)) == sorted(gpt_models.__all__)\n"
+        "gpt_models.train\nassert 'jax' in sys.modules\n"
+        "assert gpt_models.train is __import__('gpt_models').train\n"
+        "try:\n    gpt_models.trian\nexcept AttributeError as e:\n    print(e)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "module 'gpt_models' has no attribute 'trian'" in done.stdout
