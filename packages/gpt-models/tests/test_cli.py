@@ -1,3 +1,4 @@
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,11 @@ def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys, gpt_train, dro
     assert cfg.train.steps == 6 and cfg.model.d_model == 32 and cfg.model.dropout == float(dropout)
 
     assert main(["eval", "--run", str(run)]) == 0
-    assert capsys.readouterr().out.startswith("val_loss ")
+    assert re.fullmatch(  # the unit, the data, the windows and the step it measured
+        r"val_loss \d\.\d{6} nats/byte on the validation split of <embedded corpus: "
+        r"pydoc_data.topics> \(2 batch\(es\) of 8 x 32 tokens, train.eval_batches\), step 6\n",
+        capsys.readouterr().out,
+    )
     greedy = ["--prompt", "The ", "--max-new-tokens", "5", "--temperature", "0"]
     assert main(["sample", "--run", str(run), *greedy]) == 0
     text = capsys.readouterr().out
@@ -44,8 +49,12 @@ def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys, gpt_train, dro
         assert main(["sample", "--run", str(run), *sampled, "--seed", seed]) == 0
         seeded.append(capsys.readouterr().out)
     assert seeded[0] == seeded[1] != seeded[2], seeded
-    assert main(["sample", "--run", str(run), "--prompt", "The ", "--max-new-tokens", "100"]) == 2
-    assert "exceeds the model's context, model.seq_len = 32" in capsys.readouterr().err
+    # More new tokens than the context holds: capped, as --help says, with a note.
+    assert main(["sample", "--run", str(run), "--prompt", "The ", "--max-new-tokens", "100"]) == 0
+    assert capsys.readouterr().err == (
+        "note: --max-new-tokens 100 capped to 28: the prompt (4 tokens) and the new tokens fill "
+        "the model's context, model.seq_len = 32.\n"
+    )
 
     # Without --prompt, sample.prompt of the run's config ("The "); --set changes [sample] keys.
     sets = ["--set", "sample.max_new_tokens=5", "--set", "sample.temperature=0"]

@@ -18,13 +18,13 @@ def test_progress_lines_report_loss_val_rate_mfu_and_eta(tmp_path, make_config):
     lines = [x for x in out.getvalue().splitlines() if x.startswith("step")]
     assert len(lines) == cfg.train.steps  # not a terminal: one line per update, none rewritten
     pattern = (
-        r"step (\d)/6 \[[#.]{20}\] loss \d+\.\d{3}( \| val \d+\.\d{3} nats/byte)? \| \d+\.\dk tok/s \| "
+        r"step (\d)/6 \[[#.]{20}\] loss \d+\.\d{3}( \(val \d+\.\d{3}\))? nats/byte \| \d+\.\dk tok/s \| "
         r"MFU \d+\.\d%( \| compute \d+% data \d+% log \d+%)? \| ETA \d+m\d\ds"
     )
     assert all(re.fullmatch(pattern, x) for x in lines), lines
     assert "compute" not in lines[0] and "compute" in lines[-1]  # step 1 compiles: not timed
-    assert lines[-1].startswith("step 6/6 [####################]") and "| val " in lines[-1]
-    assert "| val " not in lines[1] and "| val " in lines[2]  # evaluated every 3 steps
+    assert lines[-1].startswith("step 6/6 [####################]") and "(val " in lines[-1]
+    assert "(val " not in lines[1] and "(val " in lines[2]  # evaluated every 3 steps
     assert result.tokens_per_s > 0 and 0 < result.mfu < 1  # against the 1e12 FLOP/s given
 
 

@@ -10,14 +10,13 @@ that ``train`` takes (the second stops with ``RunInUseError``).
 from __future__ import annotations
 
 import dataclasses
-import io
 from pathlib import Path
 from typing import Any
 
-from .._config.schema import Config, fit_warmup
-from .._data.run_tokenizer import prepare_tokenizer
+from .._config.schema import Config
 from .._errors import UsageError
 from .._runs.folders import run_config
+from .._runs.resolve import resolve_config
 
 
 def checkpoint_steps(run: Path) -> list[int]:
@@ -53,9 +52,7 @@ def auto_resume(run: Path, cfg: Config) -> tuple[Config, bool, str]:
 
 def _resolved(cfg: Config, run: Path) -> Config:
     # What train() writes to config.toml for this command: the same resolution, nothing written.
-    cfg, _ = fit_warmup(cfg)
-    _, cfg = prepare_tokenizer(cfg, run, resume=True, stream=io.StringIO())
-    return cfg
+    return resolve_config(cfg, run, resume=True)[0]
 
 
 def _flat(cfg: Config) -> dict[str, Any]:

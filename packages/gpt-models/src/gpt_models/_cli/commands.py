@@ -6,6 +6,7 @@ Each returns the exit status; user mistakes raise ``UsageError`` and ``_cli.main
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import math
 import os
@@ -92,13 +93,13 @@ def train_command(args: argparse.Namespace) -> int:
     minutes = (time.perf_counter() - started) / 60
     done = (
         f"Done in {minutes:.1f} min: step {result.step}, train loss {result.loss:.4f}, "
-        f"val loss {result.val_loss:.4f} nats/byte, {result.tokens_per_s / 1e3:.1f}k tok/s"
+        f"val loss {result.val_loss:.4f} {result.val_unit}, {result.tokens_per_s / 1e3:.1f}k tok/s"
         f"{'' if math.isnan(result.mfu) else f', MFU {100 * result.mfu:.1f}%'}."
     )
     if result.resumed_from == result.step:  # resumed a complete run: no step was trained
         done = (
             f"Nothing to train: the run was at step {result.step} = train.steps already; its "
-            f"val loss {result.val_loss:.4f} nats/byte, loss.png and sample.txt were written "
+            f"val loss {result.val_loss:.4f} {result.val_unit}, loss.png and sample.txt were written "
             f"again. Train further with gpt train --resume {run} --set train.steps=N "
             f"(N > {result.step})."
         )
@@ -181,6 +182,13 @@ def sample_command(args: argparse.Namespace) -> int:
     s = cfg.sample
     try:
         ids, n = sample_lengths(cfg, tok, args.prompt, args.max_new_tokens)
+        if args.max_new_tokens is not None and n < args.max_new_tokens:
+            print(
+                f"note: --max-new-tokens {args.max_new_tokens} capped to {n}: the prompt "
+                f"({len(ids)} tokens) and the new tokens fill the model's context, "
+                f"model.seq_len = {cfg.model.seq_len}.",
+                file=sys.stderr,
+            )
         # Before the checkpoint is read: a program that cannot fit is refused in seconds.
         plan = plan_sample(
             cfg, len(ids), n, temperature=s.temperature if args.temperature is None else args.temperature,
@@ -191,7 +199,7 @@ def sample_command(args: argparse.Namespace) -> int:
             return 0
         cfg, params, _ = load_run(run, cfg)
         text = sample_text(
-            params, cfg, prompt=args.prompt, max_new_tokens=args.max_new_tokens,
+            params, cfg, prompt=args.prompt, max_new_tokens=n,
             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
             tokenizer=tok,
         )  # fmt: skip
@@ -223,7 +231,7 @@ def eval_command(args: argparse.Namespace) -> int:
         plan = plan_eval(config or run_config(run), run)
         if run_preflight(args, plan):
             return 0
-        print(f"val_loss {evaluate_run(run, config, step=plan.compiled):.6f}")
+        print(evaluate_run(run, config, step=plan.compiled).describe())
         return 0
     from .eval_report import eval_files
 
@@ -343,36 +351,26 @@ def _train_config(args: argparse.Namespace) -> Config:
                 "--resume takes the run's own config.toml; do not pass --config with it."
             )
         base = load_config(str(Path(args.resume) / "config.toml"))
-    else:
-        base = load_config(args.config or "tiny")
+    else:  # a fine-tune's schedule, not pre-training's, unless --config says otherwise
+        base = load_config(args.config or ("finetune" if args.init_from else "tiny"))
     if getattr(args, "init_from", None):
         if args.resume:
             raise ConfigError(
                 "--init-from starts a new run; --resume continues one. Pass only one of them."
             )
-        base = _from_source(base, args.init_from)
+        from .._runs.resolve import adopt_init_source
+
+        # The source's architecture and tokenizer, before --set (which may still change the free
+        # model keys and data.tokenizer).
+        base = adopt_init_source(dataclasses.replace(
+            base, train=dataclasses.replace(base.train, init_from=args.init_from)
+        ))  # fmt: skip
     cfg = apply_overrides(base, overrides, from_text=True)
     if args.resume:
-        from .._training.init_from import check_resume_model
+        from .._runs.resolve import check_resume_model
 
         check_resume_model(Path(args.resume), base.model, cfg.model)
     return cfg
-
-
-def _from_source(base: Config, source: str) -> Config:
-    """``base`` with ``train.init_from`` set and the source's model section (its architecture)."""
-    import dataclasses
-
-    from .._training.init_from import with_source_model
-
-    train = dataclasses.replace(base.train, init_from=str(Path(source).absolute()))
-    base = dataclasses.replace(base, train=train)
-    tokenizer = Path(source) / "tokenizer.json"  # an imported run's or a HF folder's: its ids
-    if tokenizer.is_file():  # a --set data.tokenizer=... (applied after this) still wins
-        base = dataclasses.replace(
-            base, data=dataclasses.replace(base.data, tokenizer=str(tokenizer.absolute()))
-        )
-    return with_source_model(base)
 
 
 def _parse_mesh(text: str) -> dict[str, str]:
@@ -418,4 +416,8 @@ def _run_config(args: argparse.Namespace, run: str, allowed: tuple[str, ...]) ->
             f"here; the rest of the config is fixed by the run it trained ({run}/config.toml). "
             f"Settable: {list_alternatives(settable)}."
         )
-    return apply_overrides(run_config(run), overrides, from_text=True)
+    if "data.path" in overrides:  # other data: its kind is found again, its path made absolute
+        overrides.setdefault("data.kind", "")
+    from .._runs.resolve import resolve_paths
+
+    return resolve_paths(apply_overrides(run_config(run), overrides, from_text=True))

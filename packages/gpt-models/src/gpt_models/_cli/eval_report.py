@@ -1,7 +1,8 @@
 """``gpt eval --text`` / ``--task``: score files with a run's newest checkpoint and print the results.
 
-``--text @val`` names the run's own validation text (the tail of its text data), so the sliding
-window protocol can be compared with the loop's ``val_loss`` on the same text.
+``--text @val`` names the run's own validation split, whatever its data is (the tail of its text, a
+``val.bin``, a token store's validation shards): the token ids the loop's ``val_loss`` reads, scored
+by the sliding-window protocol.
 """
 
 from __future__ import annotations
@@ -9,16 +10,16 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import tempfile
-from pathlib import Path
+
+import numpy as np
 
 from .._config.schema import Config
-from .._data.corpus import bin_files, text_splits
+from .._data.corpus import Tokenizer, load_dataset
 from .._data.run_tokenizer import run_tokenizer
 from .._errors import DataError
 from .._runs.folders import load_run, run_config
 from .._training.tasks import evaluate_task, save_task_score
-from .._training.text_eval import evaluate_text
+from .._training.text_eval import encode_file, score_documents, text_files
 from .._training.use_preflight import UsePlan, check_use_fits, plan_score
 
 VAL_TEXT = "@val"
@@ -31,15 +32,20 @@ def eval_files(args: argparse.Namespace, run: str, config: Config | None) -> int
     cfg, params, step = load_run(run, config)
     tok = run_tokenizer(run, cfg)
     if args.text is not None:
-        with tempfile.TemporaryDirectory() as tmp:
-            paths = [_val_file(cfg, Path(tmp)) if p == VAL_TEXT else p for p in args.text]
-            s = evaluate_text(
-                params, cfg, paths, tokenizer=tok, stride=args.stride, batch_size=args.batch_size,
-                stream=sys.stderr,
-            )  # fmt: skip
+        docs, names = [], []
+        for p in args.text:
+            ids, name = _val_ids(cfg, tok) if p == VAL_TEXT else (None, None)
+            files = [] if ids is not None else text_files(p)
+            docs += [ids] if ids is not None else [encode_file(tok, f) for f in files]
+            names += [name] if name is not None else [str(f) for f in files]
+        s = score_documents(
+            params, cfg, docs, tokenizer=tok, stride=args.stride, batch_size=args.batch_size,
+            stream=sys.stderr, names=names,
+        )  # fmt: skip
         nats_per_byte = s.bits_per_byte * math.log(2)
         print(
-            f"text: {s.files} file(s), {s.tokens:,} tokens, {s.bytes:,} bytes, {s.windows} "
+            f"text: {', '.join(names) if len(names) <= 3 else f'{len(names)} files'}: "
+            f"{s.tokens:,} tokens, {s.bytes:,} bytes, {s.windows} "
             f"windows of {cfg.model.seq_len} (stride {s.stride}), step {step}\n"
             f"nats_per_token {s.nats_per_token:.6f}\nnats_per_byte {nats_per_byte:.6f}\n"
             f"bits_per_byte {s.bits_per_byte:.6f}"
@@ -64,16 +70,18 @@ def run_preflight(args: argparse.Namespace, plan: UsePlan) -> bool:
     return bool(args.dry_run)
 
 
-def _val_file(cfg: Config, tmp: Path) -> Path:
-    if bin_files(cfg.data) is not None:
+def _val_ids(cfg: Config, tok: Tokenizer) -> tuple[np.ndarray, str]:
+    """The token ids of the run's validation split, as its training read them, and their name."""
+    data = load_dataset(cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size,
+                        tokenizer=tok)  # fmt: skip
+    if data.bytes_per_token is None:
         raise DataError(
-            f"gpt eval --text {VAL_TEXT}: the run's data ({cfg.data.path}) is .bin token ids, not "
-            "text, so it has no validation text to score. Pass the text file(s) instead."
+            f"gpt eval --text {VAL_TEXT}: the run's data ({cfg.data.path}) is .bin token ids "
+            "without a sidecar naming their tokenizer, so their bytes (and bits per byte) are "
+            "unknown. Pass the text file(s) instead, or gpt eval --run RUN for its val_loss in "
+            "nats/token."
         )
-    _, val = text_splits(cfg.data)
-    path = tmp / "validation.txt"
-    path.write_bytes(val)
-    return path
+    return np.asarray(data.val[:]).astype(np.int32), f"the validation split of {data.source}"
 
 
 def _table(rows: list[dict[str, object]]) -> str:

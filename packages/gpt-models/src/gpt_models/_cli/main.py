@@ -176,7 +176,8 @@ def _sample_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", default=None,
                    help="text to continue (default: sample.prompt of the run's config)")  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="tokens to generate (default: sample.max_new_tokens, capped by model.seq_len)")  # fmt: skip
+                   help="tokens to generate (default: sample.max_new_tokens); capped, with a note, so that "
+                        "the prompt and the new tokens fit in model.seq_len")  # fmt: skip
     p.add_argument("--temperature", type=float, default=None,
                    help="softmax temperature, >= 0; 0 = greedy (default: sample.temperature)")  # fmt: skip
     p.add_argument("--top-k", type=int, default=None, metavar="K",

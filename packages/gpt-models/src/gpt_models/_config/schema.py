@@ -30,6 +30,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.remat": ("none", "full", "dots"),
     "model.attention": ("auto", "blocked", "xla", "cudnn"),
     "train.optimizer": ("adamw", "muon"),
+    "data.kind": ("", "embedded", "text", "bin", "store"),
     "log.wandb": ("disabled", "offline", "online"),
 }
 # data.tokenizer: one of these, or the path of a tokenizers JSON file (tokenizer_kind: "bpe").
@@ -179,11 +180,17 @@ class TrainConfig:
 class DataConfig:
     """Where the tokens come from; the last ``val_fraction`` of them is the validation split.
 
-    A folder holding nanoGPT's ``train.bin`` and ``val.bin`` uses those two files as the split.
+    A folder holding nanoGPT's ``train.bin`` and ``val.bin`` uses those two files as the split; a
+    token store (``gpt prepare --out DIR``) keeps the split ``gpt prepare`` made.
 
     Attributes:
-        path: "" = the embedded corpus; else a text file, a folder of text, or a nanoGPT .bin file.
-        val_fraction: share of the tokens (the tail) held out for validation.
+        path: "" = the embedded corpus; else a text file, a folder of text, a nanoGPT .bin file
+            (or a folder with train.bin and val.bin) or a token store made by gpt prepare; a run's
+            config.toml records it as an absolute path.
+        kind: what data.path holds, recorded when a run starts: embedded, text, bin or store
+            ("" = find out); a resumed run whose data.path now holds another kind is refused.
+        val_fraction: share of the tokens (the tail) held out for validation (not for a token
+            store or train.bin/val.bin, which keep their own split).
         tokenizer: byte (UTF-8, 256 ids), bpe (trained on the train split) or the path of a
             tokenizers JSON file such as a Hugging Face model's tokenizer.json (GPT-2's, Llama's);
             the run folder keeps it as tokenizer.json; model.vocab_size follows the tokenizer.
@@ -191,6 +198,7 @@ class DataConfig:
     """
 
     path: str = ""
+    kind: str = ""
     val_fraction: float = 0.1
     tokenizer: str = "byte"
     bpe_vocab_size: int = 2048
@@ -509,8 +517,21 @@ def _llama(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, d_ff: int
     return Config(model=model, train=train)
 
 
+def _finetune() -> Config:
+    # What `gpt train --init-from` starts with when no --config is given: the model is the source's
+    # (its architecture is kept), so only the schedule matters. A tenth of tiny's learning rate,
+    # a short warmup and frequent evaluations: a pretrained model drifts fast at pre-training
+    # rates, and a fine-tune is short.
+    tiny = _tiny()
+    train = dataclasses.replace(
+        tiny.train, steps=200, lr=3e-4, warmup_steps=20, eval_every=50, checkpoint_every=100
+    )
+    return dataclasses.replace(tiny, train=train)
+
+
 PRESETS: Mapping[str, Config] = {
     "tiny": _tiny(),
+    "finetune": _finetune(),
     "gpt2-small": _gpt2(768, 12, 12),
     "gpt2-medium": _gpt2(1024, 24, 16),
     "llama-tiny": _llama(128, 4, 4, 2, 352),

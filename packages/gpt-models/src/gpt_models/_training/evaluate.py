@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from .step import compile_eval_step
 
 
 class Evaluator:
-    """Mean loss (nats per byte; per token when the bytes are unknown) over the first ``train.eval_batches`` validation windows."""
+    """Mean loss over the first ``train.eval_batches`` validation windows, in ``self.unit``:
+    nats per byte, or nats per token when the data's bytes are unknown (a ``.bin`` without a
+    sidecar)."""
 
     def __init__(self, cfg: Config, mesh: Mesh, params: Any, dataset: Dataset,
                  step: Any = None) -> None:  # fmt: skip
@@ -36,24 +39,47 @@ class Evaluator:
         )  # fmt: skip
         # Unknown bytes (a .bin without a sidecar): the loss stays per token.
         self.bytes_per_token = dataset.bytes_per_token or 1.0
+        self.unit = "nats/byte" if dataset.bytes_per_token else "nats/token"
+        self.source = dataset.source
+        self.windows = (len(self.batches), self.rows, cfg.model.seq_len)
 
     def __call__(self, params: Any) -> float:
         losses = [self.fn(params, place_batch(b, self.mesh)) for b in self.batches]
         return float(np.mean([host_value(x) for x in losses])) / self.bytes_per_token
 
 
-def evaluate_run(run_dir: str | Path, config: Config | None = None, *, step: Any = None) -> float:
-    """Validation loss (nats per byte) of a run's newest checkpoint on its fixed val windows.
+@dataclasses.dataclass(frozen=True)
+class ValLoss:
+    """A run's validation loss: the value, its unit, the data and windows it was measured on."""
+
+    loss: float
+    unit: str
+    step: int
+    source: str
+    windows: tuple[int, int, int]  # batches, rows per batch, tokens per row
+
+    def describe(self) -> str:
+        """``val_loss 2.535940 nats/byte`` with the data, windows and step it measured."""
+        batches, rows, seq = self.windows
+        return (
+            f"val_loss {self.loss:.6f} {self.unit} on the validation split of {self.source} "
+            f"({batches} batch(es) of {rows} x {seq} tokens, train.eval_batches), step {self.step}"
+        )
+
+
+def evaluate_run(run_dir: str | Path, config: Config | None = None, *, step: Any = None) -> ValLoss:
+    """Validation loss of a run's newest checkpoint on its fixed val windows (what training logs).
 
     ``step``: the eval step compiled ahead of time (``plan_eval(...).compiled``), else compiled here.
     """
-    cfg, params, _ = load_run(run_dir, config)
+    cfg, params, at = load_run(run_dir, config)
     mesh = make_mesh(cfg.mesh, jax.devices()[:1])
     dataset = load_dataset(
         cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size,
         tokenizer=run_tokenizer(run_dir, cfg),
     )  # fmt: skip
-    return Evaluator(cfg, mesh, params, dataset, step)(params)
+    evaluator = Evaluator(cfg, mesh, params, dataset, step)
+    return ValLoss(evaluator(params), evaluator.unit, at, dataset.source, evaluator.windows)
 
 
 def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_tokens: int | None = None,
@@ -75,7 +101,9 @@ def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_
 
 def sample_lengths(cfg: Config, tok: Tokenizer, prompt: str | None,
                    max_new_tokens: int | None) -> tuple[Any, int]:  # fmt: skip
-    """The prompt's token ids and the number of tokens to add, as ``sample_text`` takes them."""
+    """The prompt's token ids and the number of tokens to add, as ``sample_text`` takes them:
+    ``max_new_tokens`` (default ``sample.max_new_tokens``) capped so that the prompt and the new
+    tokens fit in ``model.seq_len``."""
     ids = tok.encode(cfg.sample.prompt if prompt is None else prompt)
     if len(ids) == 0:
         what = f"--prompt {prompt!r}" if prompt is not None else "sample.prompt"
@@ -91,8 +119,8 @@ def sample_lengths(cfg: Config, tok: Tokenizer, prompt: str | None,
             f"{cfg.model.seq_len} tokens, and it needs room for at least one new token. Use a "
             f"prompt of at most {cfg.model.seq_len - 1} tokens (for bytes, characters)."
         )
-    n = min(cfg.sample.max_new_tokens, room) if max_new_tokens is None else max_new_tokens
-    return ids, n
+    # Capped (not refused): the prompt and the new tokens together fill at most the context.
+    return ids, min(cfg.sample.max_new_tokens if max_new_tokens is None else max_new_tokens, room)
 
 
 def _on_one_device(x: jax.Array) -> jax.Array:

@@ -25,11 +25,10 @@ from jax.sharding import Mesh
 import lox
 import paramspec as ps
 
-from .._config.schema import Config, DataConfig, fit_warmup
+from .._config.schema import Config, DataConfig
 from .._config.toml import dumps
 from .._data.corpus import Dataset, load_dataset, train_batch
-from .._data.run_tokenizer import prepare_tokenizer, save_tokenizer
-from .._data.store import is_store
+from .._data.run_tokenizer import save_tokenizer
 from .._distributed.mesh import MICRO_BATCH_AXES, make_mesh, place_batch
 from .._distributed.processes import host_value, is_primary
 from .._errors import (
@@ -45,10 +44,11 @@ from .._runs.checkpoint import CapturedLogs, Checkpointer
 from .._runs.diskfull import disk_full_message
 from .._runs.folders import check_run_target, write_text
 from .._runs.lock import run_lock
+from .._runs.resolve import resolve_config
 from .._runs.runlog import log_failure
 from .evaluate import Evaluator, sample_text
 from .host_memory import await_scratch, keep_host_memory
-from .init_from import check_init_from, init_state_from, source_model
+from .init_from import init_state_from
 from .logging import check_tensorboard, check_wandb, make_logger
 from .metrics_csv import write_metrics_csv
 from .mfu import peak_flops, unknown_peak_note
@@ -70,7 +70,8 @@ from .tasks import TaskEvals
 class RunResult:
     """What ``train`` returns: the final step, losses, throughput and the sample.
 
-    ``loss`` is the last train loss in nats per token, ``val_loss`` in nats per byte; ``mfu`` is
+    ``loss`` is the last train loss in nats per token, ``val_loss`` in ``val_unit`` (nats per
+    byte; per token for data whose bytes are unknown, a ``.bin`` without a sidecar); ``mfu`` is
     model FLOPs utilisation, NaN when the device's peak is unknown (CPU without
     ``train.peak_flops``); ``sample`` is the text written to ``sample.txt`` (empty with
     ``write_sample=False``). ``resumed_from`` is the step this call started at (0 for a new run):
@@ -85,6 +86,7 @@ class RunResult:
     mfu: float
     sample: str
     resumed_from: int = 0
+    val_unit: str = "nats/byte"
 
 
 def train(
@@ -200,47 +202,25 @@ def plan_training(
 
 def _prepare(cfg: Config, run: Path, resume: bool, stream: TextIO) -> tuple[Any, ...]:
     """Every check on the config, data, mesh and wandb, before anything is written."""
-    cfg, note = fit_warmup(cfg)
-    if note and is_primary():
-        print(f"note: {note}", file=stream)
+    said = stream if is_primary() else io.StringIO()
+    cfg, tokenizer = resolve_config(cfg, run, resume=resume, stream=said)
     check_wandb(cfg)
     check_tensorboard(cfg)
     check_attention(cfg.model)
     mesh = make_mesh(cfg.mesh)
     _check_batch_fits(cfg, mesh)
-    if cfg.train.init_from:  # the model keeps the source's vocabulary
-        tokenizer = _source_tokenizer(cfg, run, resume)
-    else:
-        tokenizer, cfg = prepare_tokenizer(cfg, run, resume=resume, stream=stream)
     dataset = load_dataset(
         cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size, tokenizer=tokenizer
     )
-    split, default_split = cfg.data.val_fraction, DataConfig().val_fraction
-    if split != default_split and cfg.data.path and is_store(Path(cfg.data.path)) and is_primary():
+    if cfg.data.kind == "store" and cfg.data.val_fraction != DataConfig().val_fraction:
         print(
             f"note: data.val_fraction = {cfg.data.val_fraction} does not apply to a token store: "
             f"{cfg.data.path} keeps the split gpt prepare made (its --val-fraction).",
-            file=stream,
+            file=said,
         )
     TaskEvals(cfg, tokenizer)  # a bad train.eval_tasks file fails here, not at the first eval
     optimizer = make_optimizer(cfg.train)
     return cfg, mesh, tokenizer, dataset, optimizer, _abstract(cfg, optimizer, mesh)
-
-
-def _source_tokenizer(cfg: Config, run: Path, resume: bool) -> Any:
-    """``train.init_from``: the data's tokenizer, refused if it has more ids than the source model."""
-    tokenizer, _ = prepare_tokenizer(cfg, run, resume=resume, stream=io.StringIO())
-    if resume:
-        return tokenizer
-    model = source_model(cfg.train.init_from)
-    if tokenizer.vocab_size > model.real_vocab:
-        raise ConfigError(
-            f"The tokenizer (data.tokenizer = {cfg.data.tokenizer!r}) has {tokenizer.vocab_size} ids "
-            f"but train.init_from = {cfg.train.init_from!r} has a vocabulary of {model.real_vocab}: "
-            "its ids would index past the model's embeddings. Use the source's tokenizer."
-        )
-    check_init_from(cfg)  # before anything is written
-    return tokenizer
 
 
 def _typed_error(err: Exception, plan: Plan, run: Path) -> Exception | None:
@@ -315,7 +295,13 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abst
                 f"with `gpt train --resume {ckpt.directory.parent}`, or pick another --name."
             )
         if cfg.train.init_from:
-            print(f"Starting from the weights of {cfg.train.init_from} (step 0)", file=stream)
+            t = cfg.train
+            print(
+                f"Starting from the weights of {t.init_from} (step 0). Schedule: lr {t.lr:g} "
+                f"after {t.warmup_steps} warmup steps, cosine to {t.lr * t.min_lr_ratio:g} at step "
+                f"{t.steps} (train.lr, train.warmup_steps, train.min_lr_ratio).",
+                file=stream,
+            )
             return init_state_from(cfg, optimizer, mesh), 0
         return init_state(cfg, optimizer, mesh), 0
     items, meta, step = ckpt.restore(to_items(abstract))
@@ -354,6 +340,8 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
     write_text(run / "config.toml", dumps(cfg))
     loop.profiler = StepProfiler(profile if is_primary() else None, run / "profile", loop.stream)
     loop.announce(state)
+    if start == 0 and cfg.train.init_from:
+        loop.baseline(state)
     # One handler from the first step to the sample: a signal after the last step (while the
     # final checkpoint, loss.png or the sample are written) skips what is left and says so,
     # instead of killing the process with its lock file left behind.
@@ -386,7 +374,9 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
             skipped.append("sample.txt")
         if "signum" in stop:
             raise TrainingInterrupted(stop["signum"], cfg.train.steps, tuple(skipped))
-    return RunResult(run, cfg.train.steps, loop.loss, val, tps, mfu, sample, start)
+    return RunResult(
+        run, cfg.train.steps, loop.loss, val, tps, mfu, sample, start, loop.evaluate.unit
+    )
 
 
 def _close_after(loop: _Loop, err: BaseException) -> None:
@@ -439,7 +429,7 @@ class _Loop:
         self.started = time.perf_counter()
         self.progress = Progress(
             t.steps, start, t.batch_size * cfg.model.seq_len, flops_per_token(cfg.model), peak,
-            every=cfg.log.every, stream=self.stream,
+            every=cfg.log.every, stream=self.stream, bytes_per_token=dataset.bytes_per_token,
         )  # fmt: skip
         self.loss = self.val = math.nan
         self.eval_seconds = 0.0  # of the last record(): kept out of the step-time split
@@ -459,6 +449,24 @@ class _Loop:
         )
         if self.peak_note:
             print(self.peak_note, file=self.stream)
+
+    def baseline(self, state: Any) -> None:
+        """Evaluate the weights a fine-tune starts from, before its first step.
+
+        Logged as ``val_loss`` (and the task scores) at step -1: metrics count an update's 0-based
+        index, so the evaluation before update 0 is one before it.
+        """
+        self.val = self.progress.val = self.evaluate(state.params)
+        extra = {"val_loss": np.array([self.val], np.float32)}
+        extra |= {k: np.array([v], np.float32) for k, v in self.tasks(state.params).items()}
+        print(
+            f"Baseline before the first step: val loss {self.val:.4f} {self.evaluate.unit} on the "
+            f"validation split of {self.dataset.source}",
+            file=self.stream,
+        )
+        if self.logger:
+            steps = {k: {"step": np.array([-1], np.int32)} for k in extra}
+            self.log_state = self.logger.log(self.log_state, lox.logdict(extra, steps=steps))
 
     def fetch(self, step: int) -> jax.Array:
         t = self.cfg.train

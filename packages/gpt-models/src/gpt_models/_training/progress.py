@@ -27,10 +27,16 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    """A one-line progress bar (rewritten in place on a terminal, printed every few % otherwise)."""
+    """A one-line progress bar (rewritten in place on a terminal, printed every few % otherwise).
+
+    The train loss and the validation loss are shown in one unit: nats per byte (the train loss,
+    per token in the step, divided by the data's ``bytes_per_token``, as ``loss.png`` shows it), or
+    nats per token when the data's bytes are unknown (``bytes_per_token=None``).
+    """
 
     def __init__(self, total: int, start: int, tokens_per_step: int, flops_per_token: float, peak: float | None,
-                 *, every: int, stream: TextIO | None = None) -> None:  # fmt: skip
+                 *, every: int, stream: TextIO | None = None,
+                 bytes_per_token: float | None = 1.0) -> None:  # fmt: skip
         self.total, self.start, self.every = total, start, every
         self.tokens_per_step, self.flops_per_token, self.peak = (
             tokens_per_step,
@@ -44,6 +50,8 @@ class Progress:
         self.val: float | None = None
         self.last_print = -1
         self.times = StepTimes()  # filled by the loop; shown as the step-time split
+        self.per_token = 1.0 / (bytes_per_token or 1.0)
+        self.unit = "nats/byte" if bytes_per_token else "nats/token"
 
     def tick(self, step: int) -> None:
         """Call after step ``step`` finished; the first step (compilation) is not timed."""
@@ -67,11 +75,12 @@ class Progress:
         filled = int(width * step / self.total)
         bar = "#" * filled + "." * (width - filled)
         eta = (self.total - step) * self.tokens_per_step / tps if tps else 0.0
-        val = f" | val {self.val:.3f} nats/byte" if self.val is not None else ""
+        val = f" (val {self.val:.3f})" if self.val is not None else ""
         shown_mfu = f" | MFU {100 * mfu:.1f}%" if self.peak else ""
         split = self.times.text()
         return (
-            f"step {step:>{len(str(self.total))}}/{self.total} [{bar}] loss {loss:.3f}{val} | "
+            f"step {step:>{len(str(self.total))}}/{self.total} [{bar}] loss "
+            f"{loss * self.per_token:.3f}{val} {self.unit} | "
             f"{tps / 1e3:.1f}k tok/s{shown_mfu}{f' | {split}' if split else ''} | "
             f"ETA {_duration(eta)}"
         )

@@ -21,6 +21,7 @@ import numpy as np
 from .._config.schema import Config
 from .._data.byte_tokenizer import ByteTokenizer
 from .._data.corpus import Tokenizer
+from .._data.store import is_store
 from .._errors import DataError, UsageError
 from .scoring import on_one_device, score_windows
 
@@ -90,6 +91,22 @@ def evaluate_text(params: Any, config: Config, paths: str | Path | Sequence[str 
         >>> score.tokens, score.bytes, 7.5 < score.bits_per_byte < 8.5  # untrained: ~log2(256)
         (129, 129, True)
     """
+    tok = tokenizer or ByteTokenizer()
+    files = text_files(paths)
+    docs = [encode_file(tok, file) for file in files]
+    return score_documents(params, config, docs, tokenizer=tok, stride=stride,
+                           batch_size=batch_size, stream=stream, names=[str(f) for f in files])  # fmt: skip
+
+
+def score_documents(params: Any, config: Config, docs: Sequence[np.ndarray], *, tokenizer: Tokenizer,
+                    stride: int | None, batch_size: int, stream: TextIO | None,
+                    names: Sequence[str]) -> TextScore:  # fmt: skip
+    """:func:`evaluate_text` on documents already tokenized (``docs``: arrays of token ids;
+    ``names`` says what they are in messages).
+
+    ``gpt eval --text @val`` scores a run's validation split this way, whatever its data is (text,
+    ``.bin`` ids, a token store), with the ids the run trained on.
+    """
     seq_len = config.model.seq_len
     stride = seq_len // 2 if stride is None else stride
     if not 1 <= stride <= seq_len:
@@ -100,20 +117,17 @@ def evaluate_text(params: Any, config: Config, paths: str | Path | Sequence[str 
         )
     if batch_size < 1:
         raise UsageError(f"evaluate_text: batch_size = {batch_size} must be >= 1.")
-    tok = tokenizer or ByteTokenizer()
-    files = text_files(paths)
     windows, spans, n_bytes, n_tokens = [], [], 0, 0
-    for file in files:
-        ids = _encode(tok, file)
+    for ids in docs:
         for begin, end, first in sliding_windows(len(ids), seq_len, stride):
             windows.append(ids[begin:end])
             spans.append(first - begin - 1)  # scores [k:] of this window are new
         if len(ids) > 1:
             n_tokens += len(ids) - 1
-            n_bytes += _bytes(tok, ids[1:])
+            n_bytes += _bytes(tokenizer, ids[1:])
     if not n_tokens:
         raise DataError(
-            f"evaluate_text: nothing to score in {[str(f) for f in files]}: each file needs at "
+            f"evaluate_text: nothing to score in {list(names)}: each file needs at "
             "least two tokens (the first one has no context)."
         )
     scores = score_windows(
@@ -123,7 +137,7 @@ def evaluate_text(params: Any, config: Config, paths: str | Path | Sequence[str 
     nats = float(sum(logp[k:].sum() for (logp, _), k in zip(scores, spans, strict=True)))
     return TextScore(
         nats_per_token=-nats / n_tokens, bits_per_byte=-nats / (math.log(2) * n_bytes),
-        tokens=n_tokens, bytes=n_bytes, files=len(files), windows=len(windows), stride=stride,
+        tokens=n_tokens, bytes=n_bytes, files=len(docs), windows=len(windows), stride=stride,
     )  # fmt: skip
 
 
@@ -132,6 +146,12 @@ def text_files(paths: str | Path | Sequence[str | Path]) -> list[Path]:
     given = [paths] if isinstance(paths, str | Path) else list(paths)
     files: list[Path] = []
     for p in map(Path, given):
+        if is_store(p):  # token ids and their manifest: read as text, they would score garbage
+            raise DataError(
+                f"evaluate_text: {p} is a token store made by gpt prepare (token ids, not text). "
+                "Score the validation split of a run trained on it with gpt eval --text @val, or "
+                "pass the text files the store was made from."
+            )
         if p.is_file():
             files.append(p)
         elif p.is_dir():
@@ -163,7 +183,8 @@ def _utf8(file: Path) -> bool:
     return True
 
 
-def _encode(tok: Tokenizer, file: Path) -> np.ndarray:
+def encode_file(tok: Tokenizer, file: Path) -> np.ndarray:
+    """The token ids of a UTF-8 text file (a DataError naming the file otherwise)."""
     data = file.read_bytes()
     try:
         text = data.decode("utf-8")

@@ -1,0 +1,212 @@
+"""One resolved run: what a run reads, decided once and recorded in its ``config.toml``.
+
+A config as typed names things relative to where the command ran (``data.path = "stores/web"``,
+``--init-from runs/base``) and leaves open what they are. Resolving it fixes both: ``data.path``,
+a ``data.tokenizer`` file and ``train.init_from`` become absolute paths, ``data.kind`` records what
+the data is (the embedded corpus, text, nanoGPT ``.bin`` ids or a ``gpt prepare`` token store), the
+warmup is fitted to the run and ``model.vocab_size`` follows the tokenizer. ``gpt train`` writes the
+result to ``config.toml``; ``--resume``, ``--auto-resume``, ``gpt eval``, ``sample`` and ``export``
+read that file, so each works from any directory and sees the same data the run trained on.
+
+The source of ``train.init_from`` (a run folder or a Hugging Face folder) is read once per process
+(:func:`init_source`): its architecture becomes the new run's, and its tokenizer the run's tokenizer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import io
+import os
+from pathlib import Path
+from typing import TextIO
+
+from .._config.schema import BUILTIN_TOKENIZERS, Config, DataConfig, ModelConfig, fit_warmup
+from .._config.toml import load_config
+from .._data.corpus import Tokenizer, bin_files
+from .._data.run_tokenizer import prepare_tokenizer
+from .._data.store import is_store
+from .._errors import ConfigError, DataError
+
+# What data.path can hold (data.kind), as the messages name it.
+DATA_KINDS = {
+    "embedded": "the embedded corpus",
+    "text": "text (a file or a folder of files)",
+    "bin": "nanoGPT .bin token ids",
+    "store": "a token store made by gpt prepare",
+}
+# Model keys that may differ from the weights a run starts from or resumes: how the same weights
+# are computed (the attention kernel, compute dtype, remat, scan), stored or regularised (dropout).
+FREE_KEYS = ("dtype", "param_dtype", "remat", "scan_layers", "init_std", "dropout", "attention")
+ARCH_KEYS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name not in FREE_KEYS)
+
+
+def absolute(path: str) -> str:
+    """``path`` made absolute against the working directory (``~`` expanded, ``..`` folded)."""
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def data_kind(path: str) -> str:
+    """What ``data.path`` holds: ``embedded`` (""), ``store``, ``bin`` or ``text``.
+
+    Example:
+        >>> data_kind(""), data_kind("corpus/train.bin"), data_kind("books.txt")
+        ('embedded', 'bin', 'text')
+    """
+    if not path:
+        return "embedded"
+    if is_store(Path(path)):
+        return "store"
+    if bin_files(DataConfig(path=path)) is not None or path.endswith(".bin"):
+        return "bin"
+    return "text"
+
+
+def resolve_paths(cfg: Config) -> Config:
+    """``cfg`` with absolute paths and ``data.kind`` filled in (nothing else is read).
+
+    Raises:
+        DataError: ``data.kind`` was recorded (a run's config.toml) and ``data.path`` now holds
+            another kind of data.
+    """
+    d, t = cfg.data, cfg.train
+    path = absolute(d.path) if d.path else ""
+    tokenizer = d.tokenizer if d.tokenizer in BUILTIN_TOKENIZERS else absolute(d.tokenizer)
+    kind = data_kind(path)
+    if d.kind and d.kind != kind:
+        raise DataError(
+            f"data.path = {path} holds {DATA_KINDS[kind]}, but this run was made with "
+            f"{DATA_KINDS[d.kind]} there (data.kind = {d.kind!r} in its config.toml): the files "
+            "were replaced since. Put the run's data back at that path, or train a new run on "
+            "this data (gpt train --set data.path=...)."
+        )
+    data = dataclasses.replace(d, path=path, tokenizer=tokenizer, kind=kind)
+    init = absolute(t.init_from) if t.init_from else ""
+    return dataclasses.replace(cfg, data=data, train=dataclasses.replace(t, init_from=init))
+
+
+def resolve_config(
+    cfg: Config, run: Path, *, resume: bool, stream: TextIO | None = None
+) -> tuple[Config, Tokenizer]:
+    """The config ``train`` runs and records, and the run's tokenizer.
+
+    Absolute paths and ``data.kind`` (:func:`resolve_paths`), the warmup fitted to the run, the
+    tokenizer (read, or trained for ``bpe``; the run folder's own when resuming) and
+    ``model.vocab_size`` following it; with ``train.init_from``, the source's architecture and
+    vocabulary are checked. Notes go to ``stream`` (default: nowhere). Nothing is written.
+
+    Raises:
+        ConfigError, DataError: the data, the tokenizer or the init source do not fit the config.
+    """
+    stream = stream or io.StringIO()
+    cfg, note = fit_warmup(resolve_paths(cfg))
+    if note:
+        print(f"note: {note}", file=stream)
+    if not cfg.train.init_from:
+        tokenizer, cfg = prepare_tokenizer(cfg, run, resume=resume, stream=stream)
+        return cfg, tokenizer
+    # The model keeps the source's vocabulary: its size is not rounded to the tokenizer's.
+    tokenizer, _ = prepare_tokenizer(cfg, run, resume=resume, stream=io.StringIO())
+    if not resume:
+        check_init_source(cfg, tokenizer)
+    return cfg, tokenizer
+
+
+@dataclasses.dataclass(frozen=True)
+class InitSource:
+    """The weights a run starts from (``train.init_from``): a run folder or a Hugging Face folder.
+
+    ``model`` is its architecture; ``tokenizer`` its ``tokenizer.json`` (None: the byte tokenizer,
+    or a Hugging Face folder without one).
+    """
+
+    path: Path
+    kind: str  # "run" or "hf"
+    model: ModelConfig
+    tokenizer: Path | None
+
+
+def init_source(path: str) -> InitSource:
+    """The init source at ``path``, read once per process (again only if its config file changed).
+
+    Raises:
+        ConfigError: ``path`` is neither a run folder nor a Hugging Face model folder.
+        CheckpointFormatError: a Hugging Face folder whose config.json cannot be used.
+    """
+    folder = Path(absolute(path))
+    for name in ("config.toml", "config.json"):
+        if (folder / name).is_file():
+            stat = (folder / name).stat()
+            return _read_source(str(folder), name, stat.st_mtime_ns, stat.st_size)
+    raise ConfigError(
+        f"train.init_from = {path!r} is neither a run folder (config.toml) nor a Hugging Face "
+        "model folder (config.json + model.safetensors). Pass one of those, e.g. --init-from "
+        "runs/<name>."
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _read_source(folder: str, config_name: str, mtime_ns: int, size: int) -> InitSource:
+    del mtime_ns, size  # part of the cache key only: a rewritten config file is read again
+    path = Path(folder)
+    if config_name == "config.toml":
+        model = load_config(str(path / "config.toml")).model
+        kind = "run"
+    else:
+        from .hf import read_hf_config
+
+        model = read_hf_config(path)[1].model
+        kind = "hf"
+    tokenizer = path / "tokenizer.json"
+    return InitSource(path, kind, model, tokenizer if tokenizer.is_file() else None)
+
+
+def adopt_init_source(cfg: Config) -> Config:
+    """``cfg`` with the architecture and tokenizer of its ``train.init_from``.
+
+    The free model keys (``FREE_KEYS``) stay ``cfg``'s; ``gpt train --init-from`` applies this
+    before its ``--set`` flags, so a ``--set data.tokenizer=...`` still wins.
+    """
+    source = init_source(cfg.train.init_from)
+    free = {k: getattr(cfg.model, k) for k in FREE_KEYS if k != "init_std"}
+    data = cfg.data
+    if source.tokenizer is not None:
+        data = dataclasses.replace(data, tokenizer=str(source.tokenizer))
+    train = dataclasses.replace(cfg.train, init_from=str(source.path))
+    model = dataclasses.replace(source.model, **free)
+    return dataclasses.replace(cfg, model=model, data=data, train=train)
+
+
+def check_init_source(cfg: Config, tokenizer: Tokenizer) -> None:
+    """Refuse a model section or a tokenizer that does not fit ``cfg.train.init_from``'s weights."""
+    source = init_source(cfg.train.init_from)
+    for key in ARCH_KEYS:
+        if getattr(cfg.model, key) != getattr(source.model, key):
+            raise ConfigError(
+                f"model.{key} = {getattr(cfg.model, key)!r} changes the architecture of "
+                f"train.init_from = {str(source.path)!r}, which has model.{key} = "
+                f"{getattr(source.model, key)!r}. A run started from its weights keeps its "
+                f"architecture: drop the --set model.{key} (train/data/sample keys and "
+                f"model.{'/'.join(FREE_KEYS)} may change)."
+            )
+    if tokenizer.vocab_size > source.model.real_vocab:
+        raise ConfigError(
+            f"The tokenizer (data.tokenizer = {cfg.data.tokenizer!r}) has {tokenizer.vocab_size} "
+            f"ids but train.init_from = {str(source.path)!r} has a vocabulary of "
+            f"{source.model.real_vocab}: its ids would index past the model's embeddings. Use "
+            "the source's tokenizer."
+        )
+
+
+def check_resume_model(run: Path, saved: ModelConfig, model: ModelConfig) -> None:
+    """Refuse a ``--set`` that changes the architecture of the run being resumed (its ``saved``
+    model); the checkpoint's params could not be restored into it."""
+    for key in ARCH_KEYS:
+        if getattr(model, key) != getattr(saved, key):
+            raise ConfigError(
+                f"gpt train --resume {run} --set model.{key}={getattr(model, key)!r}: a resumed run "
+                f"keeps its architecture, and this run has model.{key} = "
+                f"{getattr(saved, key)!r}. Drop that --set (train/data/sample keys and "
+                f"model.{'/'.join(FREE_KEYS)} may change), or train the other architecture as a "
+                "new run with --name."
+            )
