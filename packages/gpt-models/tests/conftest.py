@@ -83,10 +83,10 @@ def gpt_train(tmp_path):
     return run
 
 
-@pytest.fixture
-def small_args() -> list[str]:
+@pytest.fixture(scope="session")
+def small_args() -> tuple[str, ...]:
     """The ``--set`` flags of the small run, for ``gpt train`` calls that choose their own folder."""
-    return list(SMALL_ARGS)
+    return tuple(SMALL_ARGS)
 
 
 @pytest.fixture(scope="session")

@@ -136,13 +136,20 @@ def test_a_read_only_run_folder_is_refused(run_copy, capsys):
     assert _snapshot(run_copy) == before
 
 
-def test_resume_with_a_garbage_metrics_index_leaves_config_toml(run_copy, capsys):
+def test_a_garbage_metrics_index_is_set_aside_only_when_the_resume_starts(run_copy, capsys):
     (run_copy / "metrics" / "run_0" / "lox-index.jsonl").write_text("not json\n")
-    config = (run_copy / "config.toml").read_bytes()
-    code = main(["train", "--resume", str(run_copy), "--set", "train.steps=3"])
+    before = _snapshot(run_copy)
+    # A refused launch (train.steps below the newest checkpoint) leaves the run as it was.
+    _refused(
+        capsys, ["train", "--resume", str(run_copy), "--set", "train.steps=1"], "past train.steps"
+    )
+    assert _snapshot(run_copy) == before
+    # The metrics are a record, not state: the resume goes on with a new log and says so.
+    assert main(["train", "--resume", str(run_copy), "--set", "train.steps=8"]) == 0
     err = capsys.readouterr().err
-    assert code == 2 and "Traceback" not in err and "lox-index.jsonl" in err, err
-    assert (run_copy / "config.toml").read_bytes() == config
+    assert "metrics/ cannot be read (" in err and "lox-index.jsonl" in err, err
+    assert "kept it as metrics-damaged/ and started a new metrics log" in err, err
+    assert (run_copy / "metrics-damaged" / "run_0" / "lox-index.jsonl").read_text() == "not json\n"
 
 
 # --- flags -----------------------------------------------------------------------------------------

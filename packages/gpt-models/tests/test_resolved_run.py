@@ -18,7 +18,9 @@ FINETUNE = [
 @pytest.fixture
 def store(tmp_path):
     """A byte-level token store of 60 JSONL documents, about 30% of them held out."""
-    lines = [json.dumps({"text": f"Document {i}: " + "the quick brown fox " * 12}) for i in range(60)]
+    lines = [
+        json.dumps({"text": f"Document {i}: " + "the quick brown fox " * 12}) for i in range(60)
+    ]
     (tmp_path / "docs.jsonl").write_text("\n".join(lines) + "\n")
     prepare([tmp_path / "docs.jsonl"], tmp_path / "store", val_fraction=0.3)
     return tmp_path / "store"
@@ -38,7 +40,9 @@ def test_config_records_absolute_paths_and_commands_work_from_elsewhere(tmp_path
     monkeypatch.chdir(tmp_path / "elsewhere")
     run = "../work/runs/x"
     assert main(["eval", "--run", run]) == 0
-    assert f"on the validation split of {tmp_path / 'work' / 'data.txt'} (" in capsys.readouterr().out
+    assert (
+        f"on the validation split of {tmp_path / 'work' / 'data.txt'} (" in capsys.readouterr().out
+    )
     assert main(["eval", "--run", run, "--text", "@val"]) == 0
     assert main(["sample", "--run", run, "--max-new-tokens", "3"]) == 0
     assert main(["train", "--resume", run, "--set", "train.steps=8"]) == 0
@@ -46,7 +50,16 @@ def test_config_records_absolute_paths_and_commands_work_from_elsewhere(tmp_path
 
 
 def test_at_val_of_a_store_run_scores_its_validation_shards(tmp_path, store, capsys, small_args):
-    train = ["train", "--out", str(tmp_path), "--name", "s", *small_args, "--set", f"data.path={store}"]
+    train = [
+        "train",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "s",
+        *small_args,
+        "--set",
+        f"data.path={store}",
+    ]
     assert main(train) == 0
     run = str(tmp_path / "s")
     assert load_config(f"{run}/config.toml").data.kind == "store"
@@ -66,7 +79,16 @@ def test_at_val_of_a_store_run_scores_its_validation_shards(tmp_path, store, cap
 def test_a_resumed_run_whose_data_changed_kind_is_refused(tmp_path, store, capsys, small_args):
     data = tmp_path / "data"
     data.write_text("Some text to learn from. " * 400)
-    train = ["train", "--out", str(tmp_path), "--name", "r", *small_args, "--set", f"data.path={data}"]
+    train = [
+        "train",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "r",
+        *small_args,
+        "--set",
+        f"data.path={data}",
+    ]
     assert main(train) == 0
     data.unlink()
     store.rename(data)  # the path now holds a token store

@@ -17,14 +17,7 @@ from .._config.schema import Config
 from .._errors import UsageError
 from .._runs.folders import run_config
 from .._runs.resolve import resolve_config
-
-
-def checkpoint_steps(run: Path) -> list[int]:
-    """The committed checkpoint steps of ``run`` (orbax names a step's folder once it is complete)."""
-    folder = run / "checkpoints"
-    if not folder.is_dir():
-        return []
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+from .._runs.snapshot import committed_steps
 
 
 def auto_resume(run: Path, cfg: Config) -> tuple[Config, bool, str]:
@@ -33,7 +26,7 @@ def auto_resume(run: Path, cfg: Config) -> tuple[Config, bool, str]:
     Raises:
         UsageError: ``run`` has checkpoints of a different config (the message lists the keys).
     """
-    steps = checkpoint_steps(run)
+    steps = committed_steps(run / "checkpoints")
     if not steps or not (run / "config.toml").is_file():
         return cfg, False, f"--auto-resume: {run} has no checkpoint yet; starting the run."
     saved = run_config(run, flag="--auto-resume")

@@ -37,8 +37,6 @@ def train_command(args: argparse.Namespace) -> int:
     from .._training.loop import train as run_training
     from .._training.signals import TrainingInterrupted
 
-    if args.dry_run:
-        return _dry_run(args)
     if args.resume:
         run = check_run_folder(args.resume, flag="--resume")
     elif args.name is None and jax.process_count() > 1:
@@ -54,6 +52,8 @@ def train_command(args: argparse.Namespace) -> int:
 
         cfg, resume, said = auto_resume(run, cfg)
         print(said, file=sys.stderr)
+    if args.dry_run:
+        return _dry_run(cfg, run, resume, args.profile)
     started = time.perf_counter()
     try:
         result = run_training(cfg, run, resume=resume, profile=args.profile)
@@ -111,14 +111,16 @@ def train_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dry_run(args: argparse.Namespace) -> int:
-    """``gpt train --dry-run``: the plan of the run, compiled but not run; nothing is written."""
+def _dry_run(cfg: Config, run: Path, resume: bool, profile: tuple[int, int] | None) -> int:
+    """``gpt train --dry-run``: the plan of the run, compiled but not run; nothing is written.
+
+    It makes every check the launch makes (the run folder, ``--resume``, ``--profile``), so "it
+    fits" means the same command starts.
+    """
     from .._training.loop import plan_training
     from .._training.preflight import check_fits
 
-    if args.resume:
-        check_run_folder(args.resume, flag="--resume")
-    plan = plan_training(_train_config(args), args.resume, resume=bool(args.resume))
+    plan = plan_training(cfg, run, resume=resume, profile=profile)
     print(f"Plan of this run (dry run: nothing trained, nothing written):\n{plan.describe()}")
     check_fits(plan)  # OutOfMemoryError: exit 2 with the settings that fit
     print("It fits: the same command without --dry-run trains it.")

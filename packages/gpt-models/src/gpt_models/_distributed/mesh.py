@@ -85,7 +85,8 @@ def place_batch(
 
 
 def single_device_mesh() -> Mesh:
-    """A 1x1x1 mesh on the first device: the default for library calls that are given no mesh."""
+    """A 1x1x1 mesh on the first device: library calls given no mesh, and sampling and evaluating
+    a run (whatever mesh it trained on: orbax reshards on restore)."""
     return ps.make_mesh((1, 1, 1), MESH_AXES, devices=jax.devices()[:1])
 
 

@@ -14,6 +14,8 @@ import re
 import shutil
 from pathlib import Path
 
+from .snapshot import committed_steps
+
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _QUOTED_PATH = re.compile(r'"(/[^"]+)"')
 # A filesystem with less free space than this (or than 1% of its size) is "short of space".
@@ -86,21 +88,13 @@ def _size(n: int | None) -> str:
     raise AssertionError("unreachable")
 
 
-def _committed_steps(run: Path) -> list[int]:
-    # Orbax renames a step's folder to its bare number only once every file is written.
-    folder = run / "checkpoints"
-    if not folder.is_dir():
-        return []
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
-
-
 def disk_full_message(err: BaseException, run: Path) -> str | None:
     """The user's message for a full disk behind ``err`` (``None`` if ``err`` is something else)."""
     full, filename = _full_path(err)
     if not full:
         return None
     path = Path(filename) if filename else run
-    steps = _committed_steps(run)
+    steps = committed_steps(run / "checkpoints")
     if steps:
         then = (
             f"The newest complete checkpoint, step {steps[-1]} in {run / 'checkpoints'}, is intact "

@@ -12,13 +12,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import jax
-
 from core_primitives import list_alternatives
 
 from .._config.schema import Config, MeshConfig
 from .._config.toml import load_config
-from .._distributed.mesh import make_mesh
+from .._distributed.mesh import single_device_mesh
 from .._distributed.processes import is_primary
 from .._errors import UsageError
 from .._model.gpt import abstract_params
@@ -176,7 +174,7 @@ def load_run(run_dir: str | Path, config: Config | None = None) -> tuple[Config,
     cfg = run_config(run_dir) if config is None else config
     # Sampling and eval run on one device whatever mesh the run trained on: orbax reshards on restore.
     cfg = dataclasses.replace(cfg, mesh=MeshConfig(data=1, fsdp=1, tensor=1))
-    mesh = make_mesh(cfg.mesh, jax.devices()[:1])
+    mesh = single_device_mesh()
     ckpt = Checkpointer(Path(run_dir) / "checkpoints", keep=cfg.train.keep_checkpoints)
     try:
         items, _, step = ckpt.restore({"params": abstract_params(cfg, mesh)})

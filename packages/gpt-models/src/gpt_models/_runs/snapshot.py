@@ -62,6 +62,17 @@ def stable_view(checkpoints: Path) -> Iterator[Path]:
             root.rmdir()  # only when no other reader's view is in it
 
 
+def committed_steps(checkpoints: Path) -> list[int]:
+    """The steps of ``checkpoints`` whose folder is complete, oldest first (no orbax needed).
+
+    Orbax writes a step under a temporary name and renames it to its bare number once every file
+    is written, so a folder named by a number is a finished step.
+    """
+    if not checkpoints.is_dir():
+        return []
+    return sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit())
+
+
 def _link_finished_steps(checkpoints: Path, view: Path) -> None:
     # Orbax writes a step under a temporary name and renames it when complete, so a folder named
     # by its step number is finished. A step deleted while we link it is left out.

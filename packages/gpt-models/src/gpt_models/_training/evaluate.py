@@ -15,7 +15,7 @@ from .._config.schema import Config
 from .._data.byte_tokenizer import ByteTokenizer
 from .._data.corpus import Dataset, Tokenizer, eval_batches, load_dataset
 from .._data.run_tokenizer import decode_lenient, run_tokenizer
-from .._distributed.mesh import make_mesh, place_batch
+from .._distributed.mesh import place_batch, single_device_mesh
 from .._distributed.processes import host_value
 from .._model.generate import generate
 from .._runs.folders import load_run
@@ -73,7 +73,7 @@ def evaluate_run(run_dir: str | Path, config: Config | None = None, *, step: Any
     ``step``: the eval step compiled ahead of time (``plan_eval(...).compiled``), else compiled here.
     """
     cfg, params, at = load_run(run_dir, config)
-    mesh = make_mesh(cfg.mesh, jax.devices()[:1])
+    mesh = single_device_mesh()
     dataset = load_dataset(
         cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size,
         tokenizer=run_tokenizer(run_dir, cfg),

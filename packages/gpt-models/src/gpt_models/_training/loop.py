@@ -12,6 +12,7 @@ import dataclasses
 import errno
 import io
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -42,18 +43,20 @@ from .._model.attention import check_attention
 from .._model.gpt import compute_dtype, flops_per_token
 from .._runs.checkpoint import CapturedLogs, Checkpointer
 from .._runs.diskfull import disk_full_message
-from .._runs.folders import check_run_target, write_text
+from .._runs.folders import write_text
 from .._runs.lock import run_lock
 from .._runs.resolve import resolve_config
 from .._runs.runlog import log_failure
+from .._runs.snapshot import committed_steps
 from .evaluate import Evaluator, sample_text
 from .host_memory import await_scratch, keep_host_memory
 from .init_from import init_state_from
+from .launch import Launch, carry_records, check_launch, holds_checkpoints
 from .logging import check_tensorboard, check_wandb, make_logger
 from .metrics_csv import write_metrics_csv
 from .mfu import peak_flops, unknown_peak_note
 from .preflight import Plan, check_fits, is_out_of_memory, out_of_memory_message, plan_step
-from .profiling import StepProfiler, check_profile_range
+from .profiling import StepProfiler
 from .progress import Progress, plot_losses
 from .signals import TrainingInterrupted, stop_on_signals
 from .step import (
@@ -137,16 +140,32 @@ def train(
     """
     stream = stream or sys.stderr
     run = Path(run_dir)
-    if is_primary():  # first: a folder we may not write into is refused before minutes of compiling
-        check_run_target(run, resume=resume)
-        if resume:
-            _check_metrics(run)
-    check_profile_range(profile, cfg.train.steps)
+    # First: a folder we may not write into is refused before minutes of compiling.
+    launch = check_launch(cfg, run, resume=resume, profile=profile)
     cfg, mesh, tokenizer, dataset, optimizer, abstract = _prepare(cfg, run, resume, stream)
     # Before anything is written: a step that cannot fit stops here, in seconds, with settings
     # that do (computed by compiling them); the compiled step is the one the loop runs.
     plan = plan_step(cfg, optimizer, mesh, abstract)
     check_fits(plan)
+    created = is_primary() and not run.exists()
+    try:
+        return _train_in(cfg, run, resume, stream, write_sample, mesh, dataset, optimizer,
+                         abstract, plan, profile, launch)  # fmt: skip
+    except (UsageError, ConfigError) as err:
+        # A launch refused before its first step leaves no folder it made (an init source whose
+        # weights turn out unreadable); an out-of-memory keeps its error log.
+        if created and not isinstance(err, OutOfMemoryError) and not _trained(run):
+            shutil.rmtree(run, ignore_errors=True)
+        raise
+
+
+def _trained(run: Path) -> bool:
+    return (run / "config.toml").exists() or bool(committed_steps(run / "checkpoints"))
+
+
+def _train_in(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: bool, mesh: Mesh,
+              dataset: Dataset, optimizer: Any, abstract: Any, plan: Plan,
+              profile: tuple[int, int] | None, launch: Launch) -> RunResult:  # fmt: skip
     if is_primary():
         run.mkdir(parents=True, exist_ok=True)
     # Held until training ends, and taken before looking for checkpoints, so that of two launches
@@ -157,7 +176,7 @@ def train(
         try:
             return _run_steps(
                 cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt,
-                plan.compiled, profile, at,
+                plan.compiled, profile, at, launch,
             )  # fmt: skip
         except BaseException as err:
             typed = _typed_error(err, plan, run) if isinstance(err, Exception) else None
@@ -176,13 +195,14 @@ def train(
 
 def plan_training(
     cfg: Config, run_dir: str | Path | None = None, *, resume: bool = False,
-    stream: TextIO | None = None,
+    stream: TextIO | None = None, profile: tuple[int, int] | None = None,
 ) -> Plan:  # fmt: skip
     """What ``train(cfg, run_dir)`` would run, without running or writing anything.
 
-    Resolves the config as ``train`` does (fitted warmup, the tokenizer's vocabulary), compiles the
-    train step ahead of time and measures its memory against the devices. ``gpt train --dry-run``
-    prints ``plan.describe()``.
+    Makes the checks ``train`` makes of ``run_dir`` (when given) and of ``profile``, resolves the
+    config as ``train`` does (fitted warmup, the tokenizer's vocabulary), compiles the train step
+    ahead of time and measures its memory against the devices. ``gpt train --dry-run`` prints
+    ``plan.describe()``.
 
     Returns:
         The plan: ``plan.fits``, ``plan.memory`` (bytes per device), ``plan.budget``, sizes.
@@ -196,6 +216,8 @@ def plan_training(
     """
     stream = stream or sys.stderr
     run = Path(run_dir) if run_dir is not None else Path("dry-run")
+    if run_dir is not None:  # the checks `train` makes of its folder, with nothing written
+        check_launch(cfg, run, resume=resume, profile=profile)
     cfg, mesh, _, _, optimizer, abstract = _prepare(cfg, run, resume, stream)
     return plan_step(cfg, optimizer, mesh, abstract)
 
@@ -245,22 +267,6 @@ def _log_failure(run: Path, step: int | None, err: BaseException, lines: list[st
     log_failure(run, step, err, chain=chain, lines=lines if chain else [])
 
 
-def _check_metrics(run: Path) -> None:
-    # Read before training: lox reads a save's index when it first appends to it, which would be
-    # after steps were trained and checkpoints saved.
-    metrics = run / "metrics" / "run_0"
-    if not metrics.is_dir():
-        return
-    try:
-        lox.load(metrics)
-    except lox.DamagedSaveError as err:
-        raise UsageError(
-            f"The metrics of run {run} cannot be continued: {err}\nNothing in the run was "
-            "changed. Restore its metrics/ from a copy, or move them aside (mv "
-            f"{run}/metrics {run}/metrics-damaged) to resume with a new metrics log."
-        ) from err
-
-
 def _check_batch_fits(cfg: Config, mesh: Mesh) -> None:
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     micro = cfg.train.batch_size // cfg.train.grad_accum
@@ -289,11 +295,8 @@ def _abstract(cfg: Config, optimizer: Any, mesh: Mesh) -> Any:
 def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abstract: Any, ckpt: Checkpointer,
                      stream: TextIO) -> tuple[Any, int]:  # fmt: skip
     if not resume:
-        if ckpt.steps():
-            raise UsageError(
-                f"{ckpt.directory.parent} already holds checkpoints (steps {ckpt.steps()}). Resume it "
-                f"with `gpt train --resume {ckpt.directory.parent}`, or pick another --name."
-            )
+        if ckpt.steps():  # made since check_launch looked: another launch ran in between
+            raise holds_checkpoints(ckpt.directory.parent, ckpt.steps())
         if cfg.train.init_from:
             t = cfg.train
             print(
@@ -328,11 +331,13 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abst
 
 def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: bool, mesh: Mesh,
            dataset: Dataset, optimizer: Any, abstract: Any, ckpt: Checkpointer,
-           step_fn: Any, profile: tuple[int, int] | None = None,
-           at: dict[str, Any] | None = None) -> RunResult:  # fmt: skip
+           step_fn: Any, profile: tuple[int, int] | None, at: dict[str, Any],
+           launch: Launch) -> RunResult:  # fmt: skip
     state, start = _restore_or_init(cfg, resume, optimizer, mesh, abstract, ckpt, stream)
+    if is_primary():  # before the metrics logger opens them
+        carry_records(run, dataclasses.replace(launch, start=start), stream)
     loop = _Loop(cfg, run, mesh, dataset, abstract, ckpt, start, stream, step_fn)
-    loop.at = at if at is not None else {}
+    loop.at = at
     # Only now that the launch is accepted (checkpoints restored, metrics opened): a refused or
     # failed launch leaves the run's config.toml as it was.
     if is_primary():
