@@ -1,4 +1,5 @@
-"""Run folders on disk: naming, recognising and loading them (``folders.py``), orbax checkpoints
+"""Run folders on disk: what a run reads, resolved once and recorded in its config.toml
+(``resolve.py``), naming, recognising and loading them (``folders.py``), orbax checkpoints
 (``checkpoint.py``) read through stable snapshots (``snapshot.py``) and checked by digests
 (``digest.py``), the run lock (``lock.py``), the run's error log (``runlog.py``), recognising a full
 disk (``diskfull.py``), and Hugging Face folders in and out (``hf.py``, their tensor maps in
