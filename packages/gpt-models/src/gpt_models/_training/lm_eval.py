@@ -70,6 +70,12 @@ def register_lm_eval_model() -> type:
 
     Raises:
         UsageError: lm_eval is not installed (the message names the extra).
+
+    Example:
+        >>> from lm_eval.api.registry import get_model
+        >>> from gpt_models import register_lm_eval_model
+        >>> register_lm_eval_model() is get_model("gpt-models")
+        True
     """
     require_lm_eval()
     from .lm_eval_model import RunLM
@@ -173,6 +179,26 @@ def evaluate_lm_eval(params: Any, config: Config, tasks: str | Sequence[str], *,
     Raises:
         UsageError: lm_eval is not installed, an unknown task, a bad ``batch_size``/``stride``.
         DataError: ``include_path`` is not a folder, or a request that cannot be scored.
+
+    Example:
+        >>> import dataclasses, jax, json, tempfile, pathlib
+        >>> from gpt_models import PRESETS, evaluate_lm_eval, init_params
+        >>> tiny = PRESETS["tiny"]
+        >>> cfg = dataclasses.replace(tiny, model=dataclasses.replace(
+        ...     tiny.model, seq_len=16, d_model=32, n_layers=1, n_heads=2))
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> row = {"context": "The sky is", "choices": [" blue", " loud"], "label": 0}
+        >>> _ = (folder / "sky.jsonl").write_text(json.dumps(row) + "\\n")
+        >>> task = {  # a task YAML (JSON is YAML too) over that file
+        ...     "task": "sky", "dataset_path": "json", "test_split": "test",
+        ...     "dataset_kwargs": {"data_files": {"test": str(folder / "sky.jsonl")}},
+        ...     "output_type": "multiple_choice", "doc_to_text": "{{context}}",
+        ...     "doc_to_choice": "{{choices}}", "doc_to_target": "{{label}}", "target_delimiter": ""}
+        >>> _ = (folder / "sky.yaml").write_text(json.dumps(task))
+        >>> params = init_params(cfg.model, jax.random.key(0))
+        >>> (score,) = evaluate_lm_eval(params, cfg, "sky", include_path=folder)
+        >>> score.task, score.examples, sorted(score.metrics)
+        ('sky', 1, ['acc', 'acc_norm'])
     """
     names = task_names(tasks)
     manager = manager or task_manager(names, include_path)
