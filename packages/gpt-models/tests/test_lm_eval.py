@@ -142,6 +142,7 @@ def test_harness_hellaswag_equals_gpt_eval_task(trained, hellaswag, offline, cap
     # characters of the ending: equal once the choice carries its space (and is ASCII) ...
     assert spaced["metrics"]["acc_norm"] == ours["acc_norm"]
     # ... and lm-eval's own definition, recomputed from gpt eval's log-likelihoods, otherwise.
+    assert _saved(run / "evals" / f"hs-{step}.json") == ours  # --task's file is left alone
     labels = np.array([int(label) for _, _, label in ITEMS])
     per_char = [np.argmax(np.array(ll) / [len(e) for e in endings])
                 for ll, (_, endings, _) in zip(ours["loglik"], ITEMS, strict=True)]  # fmt: skip
@@ -165,6 +166,22 @@ def test_registered_model_type_scores_each_choice_like_gpt_eval_task(trained, he
     docs = sorted(out["samples"]["hs"], key=lambda s: s["doc_id"])
     theirs = [[ll for ll, _ in doc["filtered_resps"]] for doc in docs]
     np.testing.assert_allclose(theirs, ours, rtol=0, atol=1e-6)
+
+
+@needs_lm_eval
+def test_dry_run_passes_the_memory_preflight_and_writes_nothing(trained, hellaswag, offline,
+                                                                 capsys, monkeypatch):  # fmt: skip
+    run = trained[0]
+    flags = ["--lm-eval", "hs", "--include-path", str(hellaswag[0]), "--dry-run"]
+    files = sorted(run.rglob("*"))
+    assert main(["eval", "--run", str(run), *flags]) == 0
+    out = capsys.readouterr().out
+    assert "program          scorer (8 windows of 64 tokens per call)" in out
+    assert out.rstrip().endswith("It fits: the same command without --dry-run runs it.")
+    monkeypatch.setenv("GPT_MEMORY_BUDGET", "100kB")  # the same pre-flight as gpt eval --task
+    assert main(["eval", "--run", str(run), *flags[:-1]]) == 2
+    assert "gpt eval does not fit in memory: its scorer" in _one_error_line(capsys)
+    assert sorted(run.rglob("*")) == files
 
 
 @needs_lm_eval

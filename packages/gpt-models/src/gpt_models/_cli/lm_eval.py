@@ -17,8 +17,8 @@ from .._runs.folders import load_run, run_config
 from .._training.lm_eval import (
     HarnessScore,
     check_include_path,
-    evaluate_lm_eval,
     require_lm_eval,
+    run_tasks,
     save_harness_score,
     task_manager,
     task_names,
@@ -56,9 +56,9 @@ def lm_eval_command(args: argparse.Namespace) -> int:
     if run_preflight(args, plan_score(config or run_config(run), args.batch_size)):
         return 0
     cfg, params, step = load_run(run, config)
-    scores = evaluate_lm_eval(
-        params, cfg, names, tokenizer=run_tokenizer(run, cfg), batch_size=args.batch_size,
-        stride=args.stride, stream=sys.stderr, manager=manager,
+    scores = run_tasks(
+        manager, names, params, cfg, tokenizer=run_tokenizer(run, cfg),
+        batch_size=args.batch_size, stride=args.stride, stream=sys.stderr,
     )  # fmt: skip
     print(
         f"lm-eval {lm_eval.__version__} on {run} at step {step} "

@@ -155,8 +155,7 @@ def _near(name: str, known: Sequence[str]) -> str:
 def evaluate_lm_eval(params: Any, config: Config, tasks: str | Sequence[str], *,
                      include_path: str | Path | None = None, tokenizer: Tokenizer | None = None,
                      batch_size: int = 8, stride: int | None = None, limit: int | None = None,
-                     seed: int = 0, stream: TextIO | None = None,
-                     manager: Any = None) -> list[HarnessScore]:  # fmt: skip
+                     seed: int = 0, stream: TextIO | None = None) -> list[HarnessScore]:  # fmt: skip
     """lm-evaluation-harness tasks on ``params``, with the ``gpt-models`` model type.
 
     Args:
@@ -169,9 +168,10 @@ def evaluate_lm_eval(params: Any, config: Config, tasks: str | Sequence[str], *,
         stride: tokens between the windows of rolling log-likelihoods (default
             ``model.seq_len // 2``, as ``gpt eval --text``).
         limit: evaluate at most this many documents of each task (lm-eval's ``limit``).
-        seed: random seed of sampled generations.
+        seed: random seed of sampled generations (``do_sample``); the harness's own seeds
+            (few-shot examples, its sampling of documents) keep lm-eval's defaults, so the
+            numbers compare with other lm-eval runs.
         stream: where progress lines go (e.g. ``sys.stderr``); default none.
-        manager: a ``TaskManager`` from :func:`task_manager` (default: made here).
 
     Returns:
         One :class:`HarnessScore` per task and group, in lm-eval's order.
@@ -201,15 +201,22 @@ def evaluate_lm_eval(params: Any, config: Config, tasks: str | Sequence[str], *,
         ('sky', 1, ['acc', 'acc_norm'])
     """
     names = task_names(tasks)
-    manager = manager or task_manager(names, include_path)
-    model = register_lm_eval_model()(
-        params=params, config=config, tokenizer=tokenizer, batch_size=batch_size, stride=stride,
-        seed=seed, progress=stream,
-    )  # fmt: skip
+    options = {"tokenizer": tokenizer, "batch_size": batch_size, "stride": stride, "seed": seed}
+    return run_tasks(task_manager(names, include_path), names, params, config, limit=limit,
+                     stream=stream, **options)  # fmt: skip
+
+
+def run_tasks(manager: Any, names: list[str], params: Any, config: Config, *,
+              limit: int | None = None, stream: TextIO | None = None,
+              **options: Any) -> list[HarnessScore]:  # fmt: skip
+    """:func:`evaluate_lm_eval` with the task index already made (by :func:`task_manager`).
+
+    ``options`` go to the model type (``tokenizer``, ``batch_size``, ``stride``, ``seed``).
+    """
+    model = register_lm_eval_model()(params=params, config=config, progress=stream, **options)
     raw = require_lm_eval().simple_evaluate(
-        model=model, tasks=names, task_manager=manager, limit=limit, log_samples=False,
-        random_seed=seed, numpy_random_seed=seed, fewshot_random_seed=seed,
-    )  # fmt: skip
+        model=model, tasks=names, task_manager=manager, limit=limit, log_samples=False
+    )
     return [_score(task, raw) for task in raw["results"]]
 
 
