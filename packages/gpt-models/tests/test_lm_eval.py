@@ -271,6 +271,27 @@ def test_unknown_task_lists_near_matches(trained, hellaswag, offline, capsys):
     assert "'hellaswag'" in err and "--include-path FOLDER" in err and "lm-eval ls tasks" in err
 
 
+@needs_lm_eval
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("dataset_path: no-such-org/no-such-set", "Couldn't reach 'no-such-org/no-such-set' on the Hub"),
+        ("dataset_path: json\ndataset_kwargs: {data_files: {test: /no/such/file.jsonl}}",
+         "/no/such/file.jsonl"),
+    ],
+)  # fmt: skip
+def test_task_data_that_cannot_be_loaded(trained, offline, tmp_path, capsys, source, message):
+    (tmp_path / "gone.yaml").write_text(
+        f"task: gone\n{source}\ntest_split: test\noutput_type: multiple_choice\n"
+        'doc_to_text: "{{ctx}}"\ndoc_to_choice: "{{endings}}"\ndoc_to_target: 0\n'
+    )
+    flags = ["--lm-eval", "gone", "--include-path", str(tmp_path)]
+    assert main(["eval", "--run", str(trained[0]), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # lm-eval's own lines come first
+    assert err.startswith("gpt: error: lm-eval could not load the data of gone: ")
+    assert message in err and "pass its folder with --include-path" in err
+
+
 def test_lm_eval_not_installed_names_the_extra(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # `import lm_eval` now raises ImportError
     assert main(["eval", "--run", str(tmp_path), "--lm-eval", "hellaswag"]) == 2

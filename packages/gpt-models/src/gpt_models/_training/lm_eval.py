@@ -214,9 +214,18 @@ def run_tasks(manager: Any, names: list[str], params: Any, config: Config, *,
     ``options`` go to the model type (``tokenizer``, ``batch_size``, ``stride``, ``seed``).
     """
     model = register_lm_eval_model()(params=params, config=config, progress=stream, **options)
-    raw = require_lm_eval().simple_evaluate(
-        model=model, tasks=names, task_manager=manager, limit=limit, log_samples=False
-    )
+    try:
+        raw = require_lm_eval().simple_evaluate(
+            model=model, tasks=names, task_manager=manager, limit=limit, log_samples=False
+        )
+    except (ConnectionError, FileNotFoundError) as err:  # what `datasets` raises for its data
+        raise DataError(
+            f"lm-eval could not load the data of {', '.join(names)}: {err}. Built-in tasks "
+            "download their data sets from the Hugging Face hub: run once with network access "
+            "(they are cached under HF_HOME) and without HF_HUB_OFFLINE/HF_DATASETS_OFFLINE, or "
+            "write a task YAML over local files (dataset_path: json, dataset_kwargs: "
+            "{data_files: {test: FILE.jsonl}}) and pass its folder with --include-path."
+        ) from err
     return [_score(task, raw) for task in raw["results"]]
 
 
