@@ -23,6 +23,7 @@ public names only (``gpt_sigterm_after_loss_plot``).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 from collections.abc import Callable
@@ -32,6 +33,18 @@ import pytest
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("WANDB_MODE", "disabled")
+
+# `--doctest-modules` imports every source module: the two that need the lm-eval extra (one
+# subclasses lm_eval's model class on import) are left out where it is not installed; `nox -s
+# lm_eval` installs it and runs their doctests.
+collect_ignore = (
+    []
+    if importlib.util.find_spec("lm_eval")
+    else [
+        "packages/gpt-models/src/gpt_models/_training/lm_eval.py",
+        "packages/gpt-models/src/gpt_models/_training/lm_eval_model.py",
+    ]
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -28,6 +28,7 @@ nox.options.sessions = [
     "typecheck",
     "docs",
     "wheels",
+    "lm_eval",
 ]
 
 ROOT = Path(__file__).parent
@@ -448,6 +449,23 @@ def interop(session: nox.Session) -> None:
         session.run("python", str(data / "make_hf_golden.py"), env=ENV)
     session.run("python", str(data / "check_hf_interop.py"), env=ENV)
     session.run(*PYTEST, "packages/gpt-models/tests/test_hf.py", env=ENV)
+
+
+@nox.session
+def lm_eval(session: nox.Session) -> None:
+    """gpt-models' lm-evaluation-harness extra: its tests and doctests, with the locked lm-eval.
+
+    Its own session because lm-eval brings ~70 packages (datasets, scikit-learn, nltk, ...) that
+    no other session needs; elsewhere those tests skip and those doctests are not collected.
+    Offline: the tests' tasks are local YAMLs over local JSONL files; the datasets cache lives in
+    the session's temporary folder.
+    """
+    _sync(session, "dev", "lm-eval")
+    hf_home = str(Path(session.create_tmp()) / "hf")
+    env = {**ENV, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": hf_home}
+    src = "packages/gpt-models/src/gpt_models/_training"
+    doctests = ["--doctest-modules", f"{src}/lm_eval.py", f"{src}/lm_eval_model.py"]
+    session.run(*PYTEST, "packages/gpt-models/tests/test_lm_eval.py", *doctests, env=env)
 
 
 @nox.session

@@ -75,6 +75,8 @@ EXPECTED |= {"CheckpointFormatError", "export_hf", "import_hf"}
 
 # Know before spending (issue 24): the memory pre-flight and the typed errors.
 EXPECTED |= {"DiskFullError", "OutOfMemoryError", "Plan", "plan_training"}
+# The field's harness: lm-evaluation-harness tasks on any run (the gpt-models[lm-eval] extra).
+EXPECTED |= {"HarnessScore", "evaluate_lm_eval", "register_lm_eval_model"}
 
 
 def test_exported_names_are_pinned():

@@ -65,6 +65,9 @@ if TYPE_CHECKING:
     from ._training.host_memory import await_scratch as await_scratch
     from ._training.host_memory import keep_host_memory as keep_host_memory
     from ._training.host_memory import tune_host_allocator as tune_host_allocator
+    from ._training.lm_eval import HarnessScore as HarnessScore
+    from ._training.lm_eval import evaluate_lm_eval as evaluate_lm_eval
+    from ._training.lm_eval import register_lm_eval_model as register_lm_eval_model
     from ._training.loop import RunResult as RunResult
     from ._training.loop import plan_training as plan_training
     from ._training.loop import train as train

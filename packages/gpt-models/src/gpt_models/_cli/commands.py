@@ -221,6 +221,10 @@ def eval_command(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise UsageError(f"gpt eval --batch-size {args.batch_size}: it must be >= 1, e.g. 8.")
+    if args.lm_eval is not None or args.include_path is not None:
+        from .lm_eval import lm_eval_command
+
+        return lm_eval_command(args)
     if args.stride is not None and args.text is None:
         raise UsageError("gpt eval --stride applies to --text; pass --text FILE too.")
     if args.format is not None and args.task is None:

@@ -202,16 +202,23 @@ def _eval_parser(p: argparse.ArgumentParser) -> None:
                    help="score whole text files (folders: their UTF-8 files): nats/token and "
                         "bits per byte, sliding window")  # fmt: skip
     p.add_argument("--stride", type=int, default=None,
-                   help="--text: tokens between window starts, 1..model.seq_len "
-                        "(default seq_len // 2; seq_len = non-overlapping windows)")  # fmt: skip
+                   help="--text and --lm-eval's rolling log-likelihoods: tokens between window "
+                        "starts, 1..model.seq_len (default seq_len // 2; seq_len = "
+                        "non-overlapping windows)")  # fmt: skip
     p.add_argument("--task", nargs="+", default=None, metavar="FILE.jsonl",
                    help="multiple-choice / cloze accuracy on JSONL task files; saved as "
                         "RUN/evals/<task>-<step>.json")  # fmt: skip
     p.add_argument("--format", default=None, choices=("hellaswag", "mc", "cloze"),
                    help="--task file format (default: told by the first example's fields)")  # fmt: skip
+    p.add_argument("--lm-eval", default=None, metavar="TASK[,TASK]",
+                   help="EleutherAI lm-evaluation-harness tasks, groups or tags (needs pip install "
+                        "'gpt-models[lm-eval]'); saved as RUN/evals/lm-eval/<task>-<step>.json")  # fmt: skip
+    p.add_argument("--include-path", default=None, metavar="DIR",
+                   help="--lm-eval: a folder of task YAML files to add to the harness's tasks")  # fmt: skip
     p.add_argument("--batch-size", type=int, default=8,
-                   help="windows (--text) or context+choice rows (--task) per model call; default 8")  # fmt: skip
-    _dry_run_arg(p, "the eval step (or the --text/--task scorer)")
+                   help="windows (--text) or context+choice rows (--task, --lm-eval) per model "
+                        "call; default 8")  # fmt: skip
+    _dry_run_arg(p, "the eval step (or the --text/--task/--lm-eval scorer)")
 
 
 def _config_parser(p: argparse.ArgumentParser) -> None:

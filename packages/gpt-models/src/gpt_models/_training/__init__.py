@@ -1,7 +1,8 @@
 """Training: the state, optimizer and jitted steps (``step.py``, ``muon.py``), the loop that runs
 them in a run folder (``loop.py``) once its launch is checked (``launch.py``), starting from other weights (``init_from.py``), evaluation and
 samples of trained params (``evaluate.py``; windows scored by ``scoring.py`` for whole texts in
-``text_eval.py`` and JSONL tasks in ``tasks.py``), the memory pre-flight of training
+``text_eval.py`` and JSONL tasks in ``tasks.py``; lm-evaluation-harness tasks in ``lm_eval.py``,
+its ``gpt-models`` model type in ``lm_eval_model.py``), the memory pre-flight of training
 (``preflight.py``) and of sampling and evaluation (``use_preflight.py``), metrics (``logging.py``,
 ``metrics_csv.py``), progress and MFU (``progress.py``, ``mfu.py``), the step-time split and
 ``--profile`` (``profiling.py``), signals (``signals.py``) and the host allocator

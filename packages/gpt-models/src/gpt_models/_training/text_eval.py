@@ -59,6 +59,19 @@ def sliding_windows(n_tokens: int, seq_len: int, stride: int) -> list[tuple[int,
     return out
 
 
+def text_windows(ids: np.ndarray, seq_len: int, stride: int) -> tuple[list[np.ndarray], list[int]]:
+    """The windows of one text's token ids and, for each, where its new scores start: window
+    ``w`` scores its tokens ``[k + 1:]``, i.e. the log-probabilities ``[k:]`` of ``score_windows``.
+
+    Example:
+        >>> windows, starts = text_windows(np.arange(10), 4, 2)
+        >>> [w.tolist() for w in windows[:2]], starts
+        ([[0, 1, 2, 3, 4], [2, 3, 4, 5, 6]], [0, 2, 2, 2])
+    """
+    spans = sliding_windows(len(ids), seq_len, stride)
+    return [ids[b:e] for b, e, _ in spans], [first - b - 1 for b, _, first in spans]
+
+
 def evaluate_text(params: Any, config: Config, paths: str | Path | Sequence[str | Path], *,
                   tokenizer: Tokenizer | None = None, stride: int | None = None, batch_size: int = 8,
                   stream: TextIO | None = None) -> TextScore:  # fmt: skip
@@ -119,9 +132,9 @@ def score_documents(params: Any, config: Config, docs: Sequence[np.ndarray], *, 
         raise UsageError(f"evaluate_text: batch_size = {batch_size} must be >= 1.")
     windows, spans, n_bytes, n_tokens = [], [], 0, 0
     for ids in docs:
-        for begin, end, first in sliding_windows(len(ids), seq_len, stride):
-            windows.append(ids[begin:end])
-            spans.append(first - begin - 1)  # scores [k:] of this window are new
+        more, starts = text_windows(ids, seq_len, stride)
+        windows += more
+        spans += starts
         if len(ids) > 1:
             n_tokens += len(ids) - 1
             n_bytes += _bytes(tokenizer, ids[1:])

@@ -1,0 +1,271 @@
+"""EleutherAI's lm-evaluation-harness on trained params: its tasks, the ``gpt-models`` model type.
+
+lm_eval is an optional extra (``pip install 'gpt-models[lm-eval]'``): nothing here imports it
+before it is asked for, and asking without it installed is a :class:`UsageError` that names the
+extra. The model type lives in ``lm_eval_model.py`` (it subclasses lm_eval's ``LM`` on import).
+
+Task names are looked up in lm_eval's index of its own task YAMLs plus those under
+``include_path``. Indexing lm_eval's ~15,000 built-in names takes seconds, so names that are all
+plain tasks under ``include_path`` are looked up there alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import importlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from core_primitives import list_alternatives
+
+from .._config.schema import Config
+from .._data.corpus import Tokenizer
+from .._data.store import write_json_atomic
+from .._errors import DataError, UsageError
+
+EXTRA = "pip install 'gpt-models[lm-eval]'"
+
+
+@dataclasses.dataclass(frozen=True)
+class HarnessScore:
+    """One lm-eval task's (or group's) results, as the harness aggregated them.
+
+    ``metrics`` maps a metric to its value (``acc``; a metric measured after a filter other than
+    lm-eval's ``none`` is named ``metric,filter``, e.g. ``exact_match,strict-match``); ``stderr``
+    the same names to their standard error (``None`` where lm-eval gives none); ``examples`` the
+    documents evaluated (``None`` for a group); ``num_fewshot`` the examples shown in each prompt.
+    """
+
+    task: str
+    metrics: dict[str, float]
+    stderr: dict[str, float | None]
+    examples: int | None
+    num_fewshot: int | None
+    higher_is_better: dict[str, bool]
+    version: Any
+    config: dict[str, Any]
+
+
+def require_lm_eval() -> Any:
+    """The ``lm_eval`` module; :class:`UsageError` naming the extra when it is not installed."""
+    try:
+        return importlib.import_module("lm_eval")
+    except ImportError as err:
+        raise UsageError(
+            "lm-eval tasks need EleutherAI's lm-evaluation-harness (the lm_eval package), which "
+            f"is not installed ({err}). Install the extra: {EXTRA}."
+        ) from err
+
+
+def register_lm_eval_model() -> type:
+    """Register the ``gpt-models`` model type in lm_eval's registry and return its class.
+
+    After this, ``lm_eval.simple_evaluate(model="gpt-models", model_args="run=RUN", tasks=[...])``
+    evaluates a run folder (model args: ``run``, ``batch_size``, ``stride``, ``seed``,
+    ``max_gen_toks``), through the memory pre-flight of ``gpt eval``.
+
+    Raises:
+        UsageError: lm_eval is not installed (the message names the extra).
+
+    Example:
+        >>> from lm_eval.api.registry import get_model
+        >>> from gpt_models import register_lm_eval_model
+        >>> register_lm_eval_model() is get_model("gpt-models")
+        True
+    """
+    require_lm_eval()
+    from .lm_eval_model import RunLM
+
+    return RunLM
+
+
+def task_names(text: str | Sequence[str]) -> list[str]:
+    """``"a,b"`` (or a list of such strings) as task names, in order, each once.
+
+    Raises:
+        UsageError: no name at all, or an empty one (``"a,,b"``).
+    """
+    given = [text] if isinstance(text, str) else list(text)
+    names = [n.strip() for part in given for n in part.split(",")]
+    if not names or not all(names):
+        raise UsageError(
+            f"lm-eval tasks {','.join(given)!r}: expected task names separated by commas, e.g. "
+            "hellaswag,arc_easy (an empty name is not a task)."
+        )
+    return list(dict.fromkeys(names))
+
+
+def check_include_path(include_path: str | Path | None) -> Path | None:
+    """``include_path`` as a folder that exists; :class:`DataError` otherwise."""
+    if include_path is None:
+        return None
+    path = Path(include_path)
+    if not path.is_dir():
+        what = "is a file" if path.is_file() else "does not exist"
+        raise DataError(
+            f"--include-path {path}: it {what}, but it must be a folder of lm-eval task YAML "
+            "files (each with `task: NAME`); the harness adds them to its own tasks. Pass an "
+            "existing folder."
+        )
+    return path
+
+
+def task_manager(names: Sequence[str], include_path: str | Path | None = None) -> Any:
+    """lm_eval's ``TaskManager`` that knows every one of ``names``.
+
+    Raises:
+        UsageError: lm_eval is missing, or a name is neither a task, a group nor a tag of the
+            harness (nor of a YAML under ``include_path``); the message lists near matches.
+        DataError: ``include_path`` is not a folder.
+    """
+    folder = check_include_path(include_path)
+    require_lm_eval()
+    from lm_eval.tasks import TaskManager
+
+    extra = None if folder is None else str(folder)
+    if extra is not None:
+        local = TaskManager(include_path=extra, include_defaults=False)
+        if all(n in local.all_subtasks for n in names):
+            return local
+    manager = TaskManager(include_path=extra)
+    known = set(manager.all_tasks)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        where = "" if folder is None else f" and the task YAMLs under {folder}"
+        lines = [f"{n!r} ({_near(n, manager.all_tasks)})" for n in unknown]
+        raise UsageError(
+            f"lm-eval does not know the task{'s' if len(unknown) > 1 else ''} "
+            f"{'; '.join(lines)}. It looked in its "
+            f"{len(known):,} tasks, groups and tags{where}; `lm-eval ls tasks` lists them. For "
+            "a task of your own, put its YAML (`task: NAME`) in a folder and pass --include-path "
+            "FOLDER."
+        )
+    return manager
+
+
+def _near(name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
+    return f"near matches: {list_alternatives(close)}" if close else "no near match"
+
+
+def evaluate_lm_eval(params: Any, config: Config, tasks: str | Sequence[str], *,
+                     include_path: str | Path | None = None, tokenizer: Tokenizer | None = None,
+                     batch_size: int = 8, stride: int | None = None, limit: int | None = None,
+                     seed: int = 0, stream: TextIO | None = None) -> list[HarnessScore]:  # fmt: skip
+    """lm-evaluation-harness tasks on ``params``, with the ``gpt-models`` model type.
+
+    Args:
+        params: the model parameters (``load_run``).
+        config: the run's config.
+        tasks: task, group or tag names of the harness (``"a,b"`` or a list).
+        include_path: a folder of task YAML files to add to the harness's own.
+        tokenizer: the run's tokenizer (default bytes).
+        batch_size: rows per model call.
+        stride: tokens between the windows of rolling log-likelihoods (default
+            ``model.seq_len // 2``, as ``gpt eval --text``).
+        limit: evaluate at most this many documents of each task (lm-eval's ``limit``).
+        seed: random seed of sampled generations (``do_sample``); the harness's own seeds
+            (few-shot examples, its sampling of documents) keep lm-eval's defaults, so the
+            numbers compare with other lm-eval runs.
+        stream: where progress lines go (e.g. ``sys.stderr``); default none.
+
+    Returns:
+        One :class:`HarnessScore` per task and group, in lm-eval's order.
+
+    Raises:
+        UsageError: lm_eval is not installed, an unknown task, a bad ``batch_size``/``stride``.
+        DataError: ``include_path`` is not a folder, or a request that cannot be scored.
+
+    Example:
+        >>> import dataclasses, jax, json, tempfile, pathlib
+        >>> from gpt_models import PRESETS, evaluate_lm_eval, init_params
+        >>> tiny = PRESETS["tiny"]
+        >>> cfg = dataclasses.replace(tiny, model=dataclasses.replace(
+        ...     tiny.model, seq_len=16, d_model=32, n_layers=1, n_heads=2))
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> row = {"context": "The sky is", "choices": [" blue", " loud"], "label": 0}
+        >>> _ = (folder / "sky.jsonl").write_text(json.dumps(row) + "\\n")
+        >>> task = {  # a task YAML (JSON is YAML too) over that file
+        ...     "task": "sky", "dataset_path": "json", "test_split": "test",
+        ...     "dataset_kwargs": {"data_files": {"test": str(folder / "sky.jsonl")}},
+        ...     "output_type": "multiple_choice", "doc_to_text": "{{context}}",
+        ...     "doc_to_choice": "{{choices}}", "doc_to_target": "{{label}}", "target_delimiter": ""}
+        >>> _ = (folder / "sky.yaml").write_text(json.dumps(task))
+        >>> params = init_params(cfg.model, jax.random.key(0))
+        >>> (score,) = evaluate_lm_eval(params, cfg, "sky", include_path=folder)
+        >>> score.task, score.examples, sorted(score.metrics)
+        ('sky', 1, ['acc', 'acc_norm'])
+    """
+    names = task_names(tasks)
+    options = {"tokenizer": tokenizer, "batch_size": batch_size, "stride": stride, "seed": seed}
+    return run_tasks(task_manager(names, include_path), names, params, config, limit=limit,
+                     stream=stream, **options)  # fmt: skip
+
+
+def run_tasks(manager: Any, names: list[str], params: Any, config: Config, *,
+              limit: int | None = None, stream: TextIO | None = None,
+              **options: Any) -> list[HarnessScore]:  # fmt: skip
+    """:func:`evaluate_lm_eval` with the task index already made (by :func:`task_manager`).
+
+    ``options`` go to the model type (``tokenizer``, ``batch_size``, ``stride``, ``seed``).
+    """
+    model = register_lm_eval_model()(params=params, config=config, progress=stream, **options)
+    try:
+        raw = require_lm_eval().simple_evaluate(
+            model=model, tasks=names, task_manager=manager, limit=limit, log_samples=False
+        )
+    except (ConnectionError, FileNotFoundError) as err:  # what `datasets` raises for its data
+        raise DataError(
+            f"lm-eval could not load the data of {', '.join(names)}: {err}. Built-in tasks "
+            "download their data sets from the Hugging Face hub: run once with network access "
+            "(they are cached under HF_HOME) and without HF_HUB_OFFLINE/HF_DATASETS_OFFLINE, or "
+            "write a task YAML over local files (dataset_path: json, dataset_kwargs: "
+            "{data_files: {test: FILE.jsonl}}) and pass its folder with --include-path."
+        ) from err
+    return [_score(task, raw) for task in raw["results"]]
+
+
+def _score(task: str, raw: dict[str, Any]) -> HarnessScore:
+    metrics: dict[str, float] = {}
+    stderr: dict[str, float | None] = {}
+    for key, value in raw["results"][task].items():
+        metric, sep, filt = key.partition(",")
+        if not sep:  # alias, name, sample_len: not measurements
+            continue
+        base = metric.removesuffix("_stderr")
+        name = base if filt == "none" else f"{base},{filt}"
+        if metric.endswith("_stderr"):
+            stderr[name] = float(value) if isinstance(value, int | float) else None
+        elif isinstance(value, int | float):
+            metrics[name] = float(value)
+    counts = raw.get("n-samples", {}).get(task)
+    return HarnessScore(
+        task=task, metrics=metrics, stderr={m: stderr.get(m) for m in metrics},
+        examples=None if counts is None else int(counts["effective"]),
+        num_fewshot=raw.get("n-shot", {}).get(task),
+        higher_is_better=dict(raw.get("higher_is_better", {}).get(task, {})),
+        version=raw.get("versions", {}).get(task), config=raw.get("configs", {}).get(task, {}),
+    )  # fmt: skip
+
+
+def save_harness_score(score: HarnessScore, run: str | Path, step: int) -> Path:
+    """Write ``score`` as ``RUN/evals/lm-eval/<task>-<step>.json`` (atomically).
+
+    Characters a file name cannot hold become ``_``; a name that changed that way gets a short
+    hash of the real one, so two tasks never share a file (``a/b`` and ``a_b`` stay apart).
+    """
+    folder = Path(run) / "evals" / "lm-eval"
+    folder.mkdir(parents=True, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in score.task).lstrip(".")
+    if safe != score.task:
+        safe = f"{safe or 'task'}-{hashlib.sha256(score.task.encode()).hexdigest()[:8]}"
+    target = folder / f"{safe}-{step}.json"
+    version = require_lm_eval().__version__
+    record = dataclasses.asdict(score) | {"step": step, "lm_eval_version": version}
+    # Task configs may hold what JSON cannot (a Python function named by `!function`): as text.
+    write_json_atomic(target, json.loads(json.dumps(record, default=str)))
+    return target
