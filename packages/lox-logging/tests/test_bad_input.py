@@ -347,6 +347,12 @@ BAD_ARGUMENTS = {
         ValueError,
         r"^SaveLogger: path is '' \(an empty string\).*e.g. SaveLogger\('runs/logs'\), or '.'",
     ),
+    "to_csv into an empty file name": (
+        lambda tmp: lox.to_csv(_logs(), ""),
+        ValueError,
+        r"^lox.to_csv: file is '' \(an empty string\); pass the path of the CSV file to write, "
+        r"e.g. 'metrics.csv'.$",
+    ),
     "to_csv of a non-path": (
         lambda tmp: lox.to_csv(3, tmp / "a.csv"),
         TypeError,
