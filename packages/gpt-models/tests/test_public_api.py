@@ -78,8 +78,18 @@ EXPECTED |= {"DiskFullError", "OutOfMemoryError", "Plan", "plan_training"}
 
 
 def test_exported_names_are_pinned():
-    public = {n for n in dir(gpt_models) if not n.startswith("_")}
+    # `internal` is a submodule, an attribute once anything imported it: not API (its docstring).
+    public = {n for n in dir(gpt_models) if not n.startswith("_")} - {"internal"}
     assert public == EXPECTED
+
+
+def test_internals_are_not_imported_with_the_package():
+    import subprocess
+    import sys
+
+    code = "import sys, gpt_models; print('gpt_models.internal' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_each_name_has_one_home():
