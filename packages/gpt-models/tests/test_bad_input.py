@@ -344,7 +344,7 @@ def _truncate_step(run: Path, step: int) -> None:
 
 
 def _flip_bytes(run: Path, step: int) -> None:
-    # 64 bytes inverted in the middle of each data file of the step (the case).
+    # 64 bytes inverted in the middle of each data file of the step: bytes orbax decodes unnoticed.
     for f in (run / "checkpoints" / str(step)).rglob("*"):
         if f.is_file() and f.parent.name == "d" and f.stat().st_size > 1024:
             data = bytearray(f.read_bytes())

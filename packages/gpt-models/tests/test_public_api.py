@@ -50,7 +50,7 @@ EXPECTED = {
     "to_items",
     "train",
 }
-# The loop's layout (issue 12): run folders, data batches, plotting and the CLI as a function.
+# Run folders, data batches, plotting and the CLI as a function.
 EXPECTED |= {
     "Dataset",
     "RunResult",
@@ -64,16 +64,16 @@ EXPECTED |= {
     "plot_losses",
     "train_batch",
 }
-# CPU throughput (issue 17): the host allocator tuning `gpt train` does, for your own scripts.
+# CPU throughput: the host allocator tuning `gpt train` does, for your own scripts.
 EXPECTED |= {"await_scratch", "keep_host_memory", "tune_host_allocator"}
-# Evals (issue 25): bits per byte of text files, multiple-choice and cloze task accuracy.
+# Evals: bits per byte of text files, multiple-choice and cloze task accuracy.
 EXPECTED |= {"TaskScore", "TextScore", "evaluate_task", "evaluate_text"}
-# Corpora larger than memory (issue 23): gpt prepare as a function.
+# Corpora larger than memory: gpt prepare as a function.
 EXPECTED |= {"PrepareResult", "prepare"}
-# Real checkpoints (issue 22): Hugging Face GPT-2 / Llama folders in and out.
+# Real checkpoints: Hugging Face GPT-2 / Llama folders in and out.
 EXPECTED |= {"CheckpointFormatError", "export_hf", "import_hf"}
 
-# Know before spending (issue 24): the memory pre-flight and the typed errors.
+# Know before spending: the memory pre-flight and the typed errors.
 EXPECTED |= {"DiskFullError", "OutOfMemoryError", "Plan", "plan_training"}
 
 
