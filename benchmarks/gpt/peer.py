@@ -85,7 +85,8 @@ def side_by_side(
 def report(rows: list[dict], skipped: str | None, seconds: float) -> list[str]:
     lines = [
         "",
-        "## Side by side with PyTorch (`../shared/peer_bench/torch_gpt.py`, CPU wheel)",
+        "## Side by side with PyTorch (`torch_gpt.py`, a PyTorch trainer of the same architecture, "
+        "CPU wheel)",
         "",
     ]
     if skipped:
