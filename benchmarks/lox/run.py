@@ -487,7 +487,7 @@ def header(quick: bool) -> list[str]:
         provenance("python benchmarks/lox/run.py" + (" --quick" if quick else ""))
         + " Written by that script; do not edit by hand (the analysis at the end is NOTES.md).",
         "",
-        # Other people's jobs share the cores: the load says how much to trust the spreads.
+        # Other jobs may share the cores: the load says how much to trust the spreads.
         f"Load average (1/5/15 min) when the report was written: {load_average()}.",
         "",
         "Each ratio is lox / baseline, both measured in this run, interleaved; the value is the "
