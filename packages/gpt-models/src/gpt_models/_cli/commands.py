@@ -311,6 +311,7 @@ def _check_distributed_flags(args: argparse.Namespace) -> None:
 
 
 def _no_coordinator(n: int | None, i: int | None) -> str:
+    """Multi-process flags without an address: what was given, and the command for each process."""
     given = " ".join(
         f"{f} {v}" for f, v in (("--num-processes", n), ("--process-id", i)) if v is not None
     )
