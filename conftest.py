@@ -17,8 +17,8 @@ runs there, `floors` and `integration` included, and the docs session's doctests
 wheels are tested the same way. JAX is imported lazily, inside the hooks, for the same reason.
 
 Fault-injection seams the integration tests need live here too, each a fixture whose docstring names
-the internal it patches and why no public route reaches that moment, so the test files import
-public names only (``gpt_sigterm_after_loss_plot``).
+the internal it patches (from ``gpt_models.internal``) and why no public route reaches that
+moment, so the test files import public names only (``gpt_sigterm_after_loss_plot``).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def free_ports() -> Callable[[int], list[int]]:
 # `python -c` source: `gpt` with these argv, sending itself SIGTERM right after it draws loss.png.
 _GPT_SIGTERM_AFTER_LOSS_PLOT = """
 import os, signal, sys
-import gpt_models._training.loop as loop
+from gpt_models.internal import training_loop as loop
 real = loop.plot_losses
 def plot_then_term(*args, **kwargs):
     real(*args, **kwargs)
@@ -132,8 +132,9 @@ def gpt_sigterm_after_loss_plot() -> str:
     """Python source for ``python -c SOURCE ARGS``: ``gpt ARGS`` that sends itself SIGTERM right after
     ``gpt train`` draws loss.png, i.e. after the last step and before sample.txt is written.
 
-    Patches, in that subprocess only, ``gpt_models._training.loop.plot_losses`` (the loss plot
-    ``train`` draws once the steps are done). A test of a signal that lands after the last step
-    needs that moment exactly; a ``kill`` timed from outside lands mid-step or after the exit.
+    Patches, in that subprocess only, ``plot_losses`` in ``gpt_models.internal.training_loop``
+    (the loss plot ``train`` draws once the steps are done). A test of a signal that lands after
+    the last step needs that moment exactly; a ``kill`` timed from outside lands mid-step or after
+    the exit.
     """
     return _GPT_SIGTERM_AFTER_LOSS_PLOT

@@ -152,7 +152,7 @@ def test_kill_9_at_random_moments_always_resumes(tmp_path):
     assert _steps(run)[-1] == steps
     assert not (run / "lock").exists()
     assert resumed_from == sorted(resumed_from) and len(resumed_from) == tries - 1
-    # The issue asks for kills during saves too: with a save every 3 steps most moments hit one.
+    # Kills during saves count most: with a save every 3 steps most moments hit one.
     assert mid_save >= 1, "no kill landed during a checkpoint save; raise the number of tries"
     _row(
         "kill -9 at random moments",
@@ -332,7 +332,7 @@ def test_disk_full_during_checkpoint_keeps_the_run_resumable(small_tmpfs):
     assert f"gpt: error: The disk is full: writing {run}" in out, out[-3000:]
     assert " free on that filesystem" in out
     assert f"The newest complete checkpoint, step {last} in {run / 'checkpoints'}, is intact" in out
-    # One message, not orbax's tracebacks and late reports around it (issue 28: 470 lines).
+    # One message, not orbax's tracebacks and late reports around it (once 470 lines).
     assert "Traceback" not in out and "Event loop is closed" not in out, out[-3000:]
     subprocess.run(["mount", "-o", "remount,size=40m", str(small_tmpfs)], check=True, timeout=30)
     rc, out = _gpt("train", "--resume", str(run))
@@ -381,7 +381,7 @@ def test_disk_full_during_metrics_write_keeps_the_run_resumable(tmp_path, monkey
     rc, out = _gpt("train", "--resume", str(run))
     assert rc == 0, out[-3000:]
     assert f"Resumed from checkpoint step {last}" in out and _steps(run)[-1] == 200
-    # The run's error log keeps the stop: its step, the message and the chain (issue 28).
+    # The run's error log keeps the stop: its step, the message and the chain.
     log = (run / "errors.log").read_text()
     assert re.match(r"--- \S+Z step \d+ DiskFullError: The disk is full: writing ", log), log
     assert "Traceback (most recent call last)" in log, log
@@ -389,7 +389,7 @@ def test_disk_full_during_metrics_write_keeps_the_run_resumable(tmp_path, monkey
 
 
 # ------------------------------------------------------------------------------------------------
-# interruptions (issue 28): a double Ctrl-C, SIGTERM after the last step
+# interruptions: a double Ctrl-C, SIGTERM after the last step
 
 
 def test_double_ctrl_c_waits_for_the_save_and_leaves_a_checkpoint(tmp_path):

@@ -8,7 +8,7 @@ on a shared machine inflates neither side alone.
 
 from __future__ import annotations
 
-import platform
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +18,9 @@ import jax
 import jax.numpy as jnp
 
 import blox as bx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from provenance import provenance
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
@@ -106,13 +109,10 @@ arrays themselves. Its static part (paths, each parameter's `trainable` flag and
 lock flag) is one aux object whose hash is computed once, so flatten hands JAX a tuple it already
 holds and unflatten stores the tuple it gets back: one Python call each way, whatever the number
 of parameters. JAX flattens a dict in C++ but sorts its keys every time, and rebuilds it key by
-key. `Param` objects are made only when a parameter is read (`params[path]`, `params.items()`).
-
-Until commit 0325f30 each `Param` was its own pytree node (so that `is_leaf=isinstance(x, Param)` and
-paramspec could stop at it): flatten + unflatten was 2.21x a dict at 200 arrays and 2.26x at
-2,000, and dispatch 1.14x and 1.15-1.24x, because JAX can rebuild a Python object only through a
-callback, one per parameter. paramspec now reads the logical axes of every child from the `Params`
-(`core_primitives.HasChildLogicalAxes`), and `params.map(fn)` replaces the `is_leaf` idiom.
+key. `Param` objects are made only when a parameter is read (`params[path]`, `params.items()`):
+were each `Param` a pytree node of its own, JAX could rebuild them only through one Python
+callback per parameter. paramspec reads the logical axes of every child from the `Params`
+(`core_primitives.HasChildLogicalAxes`), and `params.map(fn)` maps over the values.
 """
 
 
@@ -159,12 +159,11 @@ def main() -> None:
     table = header + "".join(f"| {' | '.join(r)} |\n" for r in rows)
     text = (
         "# blox benchmarks\n\n"
-        "Produced by `python benchmarks/blox/run.py` (do not edit by hand). Times are the minimum "
-        "over interleaved repetitions; ratios are blox / baseline from the same run. The "
-        "baseline is a flat `dict` of the same arrays passed through the same function.\n\n"
-        f"Machine: {platform.machine()}, {platform.python_implementation()} "
-        f"{platform.python_version()}, JAX {jax.__version__} on "
-        f"{jax.default_backend()}.\n\n{table}{NOTES}"
+        f"{provenance('python benchmarks/blox/run.py')} Written by that script; do not edit by "
+        "hand.\n\n"
+        "Times are the minimum over interleaved repetitions; ratios are blox / baseline from the "
+        "same run. The baseline is a flat `dict` of the same arrays passed through the same "
+        f"function.\n\n{table}{NOTES}"
     )
     RESULTS.write_text(text)
     print(text)

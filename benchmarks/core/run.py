@@ -1,12 +1,12 @@
 """Identity-rewrite time of the core interpreter against `jax.make_jaxpr` time.
 
 Generated functions of N equations (a chain of elementwise ops, with a scan every 100 ops so the
-recursion is exercised); both timings in the same process, best of 3. Writes RESULTS.md.
+recursion is exercised); both timings in the same process, best of 3. Run from the repository
+root: ``python benchmarks/core/run.py``; writes ``benchmarks/core/RESULTS.md``.
 """
 
 from __future__ import annotations
 
-import platform
 import sys
 import time
 from pathlib import Path
@@ -16,6 +16,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from core_primitives import Interpreter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from provenance import provenance
 
 
 def make_fn(n_eqns: int):
@@ -60,9 +63,10 @@ def main() -> None:
     lines = [
         "# core-primitives: identity rewrite vs make_jaxpr",
         "",
-        f"JAX {jax.__version__}, Python {sys.version.split()[0]}, {platform.machine()} CPU "
-        f"({jax.devices()[0].platform}); best of 3 (1 at 100k). Rewrite = tracing the interpreter's "
-        "evaluation of the jaxpr into a new jaxpr (what spool/tap/strip do).",
+        provenance("python benchmarks/core/run.py"),
+        "",
+        "Best of 3 (1 at 100k). Rewrite = tracing the interpreter's evaluation of the jaxpr into a "
+        "new jaxpr (what spool/tap/strip do).",
         "",
         "| equations | make_jaxpr (s) | rewrite (s) | rewrite / make_jaxpr | rewrite us/eqn |",
         "|---:|---:|---:|---:|---:|",

@@ -35,7 +35,8 @@ def main() -> None:
     import optax
 
     from gpt_models import PRESETS, Checkpointer, abstract_params, make_mesh
-    from gpt_models._runs.digest import PendingDigest, read_digest, verify
+    from gpt_models.internal import PendingDigest, read_digest
+    from gpt_models.internal import verify_digest as verify
 
     cfg = PRESETS[args.preset]
     mesh = make_mesh(cfg.mesh, jax.devices()[:1])

@@ -13,10 +13,10 @@ alternating with ``../shared/peer_bench/torch_gpt.py`` on the same shapes (torch
 * loop split: the ``compute / data / log`` shares printed by ``gpt train``'s progress line (the
   loop's own timers, ``_training/loop.py``): "data" and "log" are the time between steps.
 
-The architecture matches the peer: ``model.mlp=gelu model.norm=layernorm model.pos=learned`` (the
-issue's flags) plus ``model.bias=true model.qk_norm=false`` and AdamW's ``beta2=0.99``, ``lr=1e-3``,
-``warmup=20``. Data differ (the peer trains on pydoc topics, ``gpt train`` on its embedded corpus;
-both byte-level, 256 ids), which does not change the time of a step.
+The architecture matches the peer: ``model.mlp=gelu model.norm=layernorm model.pos=learned`` plus
+``model.bias=true model.qk_norm=false`` and AdamW's ``beta2=0.99``, ``lr=1e-3``, ``warmup=20``.
+Data differ (the peer trains on pydoc topics, ``gpt train`` on its embedded corpus; both
+byte-level, 256 ids), which does not change the time of a step.
 
     python benchmarks/gpt/cli_peer.py --pairs 2 --out benchmarks/gpt/cli_peer.json \\
         --plot benchmarks/gpt/cli_peer_rss.png
@@ -41,8 +41,9 @@ from pathlib import Path
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 PEER_DIR = ROOT / ".." / "shared" / "peer_bench"
-# name -> (d_model, n_layer, n_head, ctx, batch, torch seconds, gpt train steps): the shapes of
-# issue 17; the step counts give gpt train about as many timed steps as torch gets in its seconds.
+# name -> (d_model, n_layer, n_head, ctx, batch, torch seconds, gpt train steps): the peer's
+# shapes (peer.SHAPES); the step counts give gpt train about as many timed steps as torch gets in
+# its seconds.
 SHAPES = {
     "tiny": (128, 4, 4, 128, 32, 30.0, 120),
     "~10M": (384, 6, 6, 256, 16, 60.0, 40),

@@ -1,4 +1,4 @@
-"""RSS, malloc heap and CPU time of each train step under three host-allocator settings (issue 27).
+"""RSS, malloc heap and CPU time of each train step under three host-allocator settings.
 
 One process per setting, the peer architecture at a ``cli_peer.SHAPES`` shape, a fixed batch:
 

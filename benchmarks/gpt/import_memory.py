@@ -1,4 +1,4 @@
-"""Peak memory of `import_hf` on a random GPT-2-small-shaped Hugging Face folder (issue 22).
+"""Peak memory of `import_hf` on a random GPT-2-small-shaped Hugging Face folder.
 
     python benchmarks/gpt/import_memory.py [--folder DIR]
 

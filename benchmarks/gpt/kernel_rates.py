@@ -2,7 +2,7 @@
 
     python benchmarks/gpt/kernel_rates.py --torch-python /path/to/python-with-torch
 
-Issue 27 asks ``gpt train`` for PyTorch's tokens/s on CPU. The loop around the step is 0-1% of its
+The target is PyTorch's tokens/s for ``gpt train`` on CPU. The loop around the step is 0-1% of its
 time (``RESULTS.md``), so what is left is the kernels. This measures each product a train step of
 the peer shapes runs, in the three forms autodiff makes of a dense layer and the batched forms of
 the attention core, alternating JAX and PyTorch (``--rounds`` times, median of ``--repeats`` calls

@@ -21,7 +21,7 @@ DEFAULT_TORCH_PYTHON = os.environ.get(
     "TORCH_PYTHON", str(Path.home() / "torch-venv" / "bin" / "python")
 )
 
-# name -> (d_model, n_layer, n_head, ctx, batch), the shapes of issue 17.
+# name -> (d_model, n_layer, n_head, ctx, batch): a tiny and a ~10M-parameter shape.
 SHAPES = {"tiny": (128, 4, 4, 128, 32), "~10M": (384, 6, 6, 256, 16)}
 
 
@@ -85,7 +85,8 @@ def side_by_side(
 def report(rows: list[dict], skipped: str | None, seconds: float) -> list[str]:
     lines = [
         "",
-        "## Side by side with PyTorch (`../shared/peer_bench/torch_gpt.py`, CPU wheel)",
+        "## Side by side with PyTorch (`torch_gpt.py`, a PyTorch trainer of the same architecture, "
+        "CPU wheel)",
         "",
     ]
     if skipped:

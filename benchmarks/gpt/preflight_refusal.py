@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--preset", default="gpt2-small")
     args = parser.parse_args()
     from gpt_models import load_config, plan_training
-    from gpt_models._training import preflight as pf
+    from gpt_models.internal import training_preflight as pf
 
     compiles: list[str] = []
     real = pf._needs
@@ -51,7 +51,7 @@ def main() -> None:
 
 
 def _bisect(plan, budget, accums, remat, known):  # type: ignore[no-untyped-def]
-    from gpt_models._training import preflight as pf
+    from gpt_models.internal import training_preflight as pf
 
     best = None
     lo, hi = 0, len(accums) - 1

@@ -26,7 +26,6 @@ import argparse
 import dataclasses
 import functools
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -59,9 +58,14 @@ from gpt_models import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import peer
+from provenance import provenance
 
 HERE = Path(__file__).parent
+# run.py rewrites a report above this line and keeps what is below it: the sections other scripts
+# here measure, written by hand, each with its own date, commit and command.
+KEEP_BELOW = "<!-- run.py rewrites everything above this line and keeps everything below it. -->"
 
 # bf16 dense peak per chip (FLOP/s) for the GPU MFU; half of it in float32.
 _GPU_PEAKS = (("H200", 989e12), ("H100", 989e12), ("A100", 312e12))
@@ -308,15 +312,17 @@ def _report(
     args: argparse.Namespace,
 ) -> str:
     load = os.getloadavg()
+    command = f"python benchmarks/gpt/run.py --rounds {args.rounds} --steps {args.steps}"
     lines = [
         "# gpt_models benchmark results",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, JAX {jax.__version__} "
-        f"({jax.default_backend()}); load average at the end {load[0]:.1f} / {load[1]:.1f} / "
-        f"{load[2]:.1f} (1/5/15 min): other jobs shared these cores, so absolute numbers are noisy "
-        "and the same-process ratio is the number to read.",
-        f"Command: `python benchmarks/gpt/run.py --rounds {args.rounds} --steps {args.steps}`. "
-        "Median over rounds; ours and the plain step alternate within each round.",
+        f"{provenance(command + (' --peer' if args.peer else ''))} Written by that script down to "
+        "the marker below; the sections after it are kept.",
+        "",
+        f"Load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min): "
+        "other jobs shared these cores, so absolute numbers are noisy and the same-process ratio "
+        "is the number to read. Median over rounds; ours and the plain step alternate within each "
+        "round.",
         "",
         "## Train step throughput (CPU, one device, float32)",
         "",
@@ -358,7 +364,9 @@ def _report(
         lines.append(f"{gpu['device']}: {gpu['tps']:,.0f} tok/s, MFU {100 * gpu['mfu']:.1f}%.")
     else:
         lines.append(
-            "Not run: no GPU in the session that produced this file. Run the same script on a GPU."
+            f"Not measured: JAX found no GPU on this machine (backend {jax.default_backend()}). On "
+            "a GPU machine, `nox -s bench_gpu` measures it into `RESULTS-gpu.md`, which holds the "
+            "numbers of one NVIDIA H200."
         )
     return "\n".join(lines) + "\n"
 
@@ -366,9 +374,8 @@ def _report(
 def _gpu_report(gpu: dict) -> str:
     return (
         "# gpt_models GPU benchmark\n\n"
-        f"JAX {jax.__version__} ({jax.default_backend()}), {jax.device_count()} x {gpu['device']}; "
-        "one device measured. Command: `python benchmarks/gpt/run.py --gpu-only` "
-        "(`nox -s bench_gpu`).\n\n"
+        f"{provenance('nox -s bench_gpu')} {jax.device_count()} x {gpu['device']}; one device "
+        "measured.\n\n"
         "## gpt2-small, bf16 compute, batch 16 x 1024\n\n"
         f"{gpu['device']}: {gpu['tps']:,.0f} tok/s, MFU {100 * gpu['mfu']:.1f}%.\n"
     )
@@ -391,12 +398,12 @@ def _rescale_cpu_peak(rows: list[dict]) -> None:
         r["peak"] = peak
 
 
-def _machine_line() -> str:
-    load = os.getloadavg()
-    return (
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, JAX {jax.__version__} "
-        f"({jax.default_backend()}); load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}."
-    )
+def _write(out: str, text: str) -> None:
+    """Write ``text`` to ``out``, keeping what a previous report held below ``KEEP_BELOW``."""
+    path = Path(out)
+    old = path.read_text() if path.exists() else ""
+    kept = old.split(KEEP_BELOW, 1)[1] if KEEP_BELOW in old else "\n"
+    path.write_text(f"{text}\n{KEEP_BELOW}{kept}")
 
 
 def _peer_rows(args: argparse.Namespace) -> list[str]:
@@ -438,13 +445,14 @@ def main() -> None:
         if gpu is None:
             sys.exit(f"--gpu-only: JAX's default backend is {jax.default_backend()!r}, not a GPU")
         text = _gpu_report(gpu)
-        Path(args.out).write_text(text)
+        _write(args.out, text)
         print(text)
         return
     peer_lines = _peer_rows(args) if args.peer or args.peer_only else []
     if args.peer_only:
-        text = "\n".join(["# gpt_models vs PyTorch (CPU)", "", _machine_line(), *peer_lines]) + "\n"
-        Path(args.out).write_text(text)
+        command = "python benchmarks/gpt/run.py --peer-only"
+        text = "\n".join(["# gpt_models vs PyTorch (CPU)", "", provenance(command), *peer_lines])
+        _write(args.out, text + "\n")
         print(text)
         return
     rows = []
@@ -460,7 +468,7 @@ def main() -> None:
     text = (
         _report(rows, ckpt, gpu, init, args) + "\n".join(peer_lines) + ("\n" if peer_lines else "")
     )
-    Path(args.out).write_text(text)
+    _write(args.out, text)
     print(text)
 
 

@@ -11,10 +11,8 @@ report; they never fail (the exit status is 0 whatever the numbers).
 from __future__ import annotations
 
 import argparse
-import datetime
 import difflib
 import os
-import platform
 import statistics
 import sys
 import time
@@ -31,6 +29,9 @@ from jax import lax
 from jax.extend.core import jaxprs_in_params
 
 import lox
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from provenance import provenance
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
@@ -472,16 +473,6 @@ def rewrite_row(
 # --- report ------------------------------------------------------------------------------------
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def load_average() -> str:
     try:
         return " / ".join(f"{v:.1f}" for v in os.getloadavg())
@@ -493,14 +484,10 @@ def header(quick: bool) -> list[str]:
     return [
         "# lox benchmarks",
         "",
-        "Produced by `python benchmarks/lox/run.py` (do not edit by hand)"
-        + (" with `--quick`" if quick else "")
-        + f". Date: {datetime.date.today().isoformat()}.",
+        provenance("python benchmarks/lox/run.py" + (" --quick" if quick else ""))
+        + " Written by that script; do not edit by hand (the analysis at the end is NOTES.md).",
         "",
-        f"Machine: {cpu_name()}, {os.cpu_count()} cores ({platform.machine()}), "
-        f"CPython {sys.version.split()[0]}, JAX {jax.__version__} on {jax.devices()[0].platform}.",
-        "",
-        # Other people's jobs share the cores: the load says how much to trust the spreads.
+        # Other jobs may share the cores: the load says how much to trust the spreads.
         f"Load average (1/5/15 min) when the report was written: {load_average()}.",
         "",
         "Each ratio is lox / baseline, both measured in this run, interleaved; the value is the "

@@ -14,14 +14,17 @@ import argparse
 import functools
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from provenance import provenance
+
 HERE = Path(__file__).parent
+
 # name -> what runs in the child
 VARIANTS = {
     "device_put_baseline": "plain_jit_then_device_put",
@@ -234,7 +237,7 @@ READING = """
 - Where the peak goes, for `paramspec_init`: the parameters (1.0x; each device's outputs are 1/8
   of them, no full replica ever exists) and the compiled program (about 0.1x here). Nothing else:
   `compiled.memory_analysis()` reports no temporaries.
-- Two things in `paramspec.init` get it there (since commit 351b724; it was 2.56x before):
+- Two things in `paramspec.init` get it there (without them the peak is about 2.5x):
   - JAX lowers threefry on CPU as a rolled 5-step loop whose carry needs about 3x each array's
     bytes of temporaries while it is generated (50 MB per device for the 32768 x 1024 embedding
     sharded 8 ways, for 17 MB of output). paramspec lowers its init with the unrolled threefry
@@ -262,14 +265,12 @@ READING = """
 
 
 def write_results(text: str, results: dict[str, dict], size: dict) -> None:
-    import jax
-
     header = (
         "# paramspec benchmark: sharded init vs init-then-device_put\n\n"
-        "Written by `python benchmarks/paramspec/run.py`; do not edit by hand.\n\n"
+        f"{provenance('python benchmarks/paramspec/run.py')} Written by that script; do not edit "
+        "by hand.\n\n"
         f"Spec tree: GPT-like, {size}; float32; mesh `(8,)` named `fsdp` on 8 fake CPU devices "
-        f"(`--xla_force_host_platform_device_count=8`). JAX {jax.__version__}, Python "
-        f"{platform.python_version()}, {os.cpu_count()} CPU cores, {platform.machine()}.\n\n"
+        "(`--xla_force_host_platform_device_count=8`).\n\n"
         "- `paramspec_init`: `paramspec.init(specs, key, mesh, rules)`: one jitted computation "
         "with `out_shardings`, each device creating only its shards.\n"
         "- `device_put_baseline`: every initializer in one plain `jax.jit` on device 0, then "

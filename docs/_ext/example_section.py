@@ -1,6 +1,6 @@
 """Griffe extension for the API reference (loaded by mkdocs.yml).
 
-STYLE.md spells the Google-style section `Example:`; griffe only knows `Examples:` and renders the
+Our docstrings spell the Google-style section `Example:`; griffe only knows `Examples:` and renders the
 singular as an admonition whose `>>>` lines become nested quotes. Reading one as the other makes
 every example render as a code block, without rewording a hundred docstrings.
 """

@@ -1,4 +1,4 @@
-"""The bad-input catalogue of blox (issues 24 and 28).
+"""The bad-input catalogue of blox: wrong parameters, inputs and arguments.
 
 Each case asserts the exception type and that the message says what was given, what was expected
 and how to fix it: parameter lookups of missing names, params that do not fit a layer, layers

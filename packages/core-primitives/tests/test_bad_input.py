@@ -1,4 +1,4 @@
-"""The bad-input catalogue of core_primitives (issues 24 and 28).
+"""The bad-input catalogue of core_primitives: wrong arguments and rules that break the contract.
 
 Each case asserts the exception type and that the message says what failed, what was given and
 how to fix it: interpreter rules that break their contract, interpreter and helper arguments of

@@ -1,7 +1,8 @@
 """Small configs and runs for the gpt tests (the environment is the root conftest's).
 
 The fault-injection seams live here too, and only here: each fixture below that patches an internal
-of gpt_models (``fail_train_step``, ``before_run_lock``, ``kill_prepare``) says in its docstring
+of gpt_models (``fail_train_step``, ``before_run_lock``, ``kill_prepare``) takes it from
+``gpt_models.internal``, the one declared home of what tests may reach, and says in its docstring
 which one and why no public route reaches that moment, so the test files import public names only.
 """
 
@@ -108,14 +109,14 @@ def fail_train_step(monkeypatch):
     """``fail_train_step(err, at_call=1)``: the next ``train`` runs the real compiled step, but its
     ``at_call``-th call (and any later one) raises ``err`` instead.
 
-    Patches ``gpt_models._training.loop.plan_step``, the pre-flight that compiles the step ``train``
-    then runs, so that the plan's step is wrapped (in a function named ``crashing``: a logged
-    traceback shows it). XLA running out of memory mid-step, a full disk under a write and a device
-    failing at a chosen step cannot be caused on demand; tests of how ``train`` reports them
-    (typed errors, exit codes, the run's errors.log) need them at an exact step. Calling it again
-    replaces the earlier failure.
+    Patches ``plan_step`` in ``gpt_models.internal.training_loop``, the pre-flight that compiles the
+    step ``train`` then runs, so that the plan's step is wrapped (in a function named ``crashing``:
+    a logged traceback shows it). XLA running out of memory mid-step, a full disk under a write and
+    a device failing at a chosen step cannot be caused on demand; tests of how ``train`` reports
+    them (typed errors, exit codes, the run's errors.log) need them at an exact step. Calling it
+    again replaces the earlier failure.
     """
-    from gpt_models._training import loop  # the seam (see above)
+    from gpt_models.internal import training_loop as loop  # the seam (see above)
 
     real = loop.plan_step
 
@@ -143,11 +144,12 @@ def before_run_lock(monkeypatch):
     """``before_run_lock(fn)``: the next ``train`` calls ``fn(run_folder)`` just before it takes the
     run's lock, after it has created the run folder and before it writes anything in it.
 
-    Patches ``gpt_models._training.loop.run_lock`` (the lock ``train`` holds while it runs). A test
-    that plants something in the run folder ``train`` itself creates (a link where errors.log goes)
-    has no other moment to do it: before ``train`` the folder does not exist, after it is too late.
+    Patches ``run_lock`` in ``gpt_models.internal.training_loop`` (the lock ``train`` holds while it
+    runs). A test that plants something in the run folder ``train`` itself creates (a link where
+    errors.log goes) has no other moment to do it: before ``train`` the folder does not exist, after
+    it is too late.
     """
-    from gpt_models._training import loop  # the seam (see above)
+    from gpt_models.internal import training_loop as loop  # the seam (see above)
 
     real = loop.run_lock
 
@@ -167,12 +169,12 @@ def kill_prepare(monkeypatch):
     and raises ``KeyboardInterrupt`` at its ``n``-th JSON write; ``kill_prepare(None)`` lets the
     writes through again (the chunks stay small until the test ends).
 
-    Patches two internals of ``gpt_models._data.prepare``: ``_CHUNK_BYTES`` (text per chunk, ~2 MB,
-    so a test-sized file would be one chunk) and ``write_json_atomic`` (its resume state is written
-    after each chunk's ids, its manifest last). A test that ``prepare`` resumes after a kill -9
-    needs to stop it between a chunk's ids and that chunk's state, which no timed signal can hit.
+    Patches two names in ``gpt_models.internal.data_prepare``: ``_CHUNK_BYTES`` (text per chunk, ~2
+    MB, so a test-sized file would be one chunk) and ``write_json_atomic`` (its resume state is
+    written after each chunk's ids, its manifest last). A test that ``prepare`` resumes after a kill
+    -9 needs to stop it between a chunk's ids and that chunk's state, which no timed signal can hit.
     """
-    import gpt_models._data.prepare as prep  # the seam (see above)
+    from gpt_models.internal import data_prepare as prep  # the seam (see above)
 
     real = prep.write_json_atomic
 

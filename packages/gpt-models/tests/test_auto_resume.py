@@ -1,4 +1,4 @@
-"""`gpt train --auto-resume --name NAME` (issue 24): start the run, then continue it on re-run."""
+"""`gpt train --auto-resume --name NAME`: start the run, then continue it on re-run."""
 
 from gpt_models import main
 

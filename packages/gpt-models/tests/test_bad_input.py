@@ -1,4 +1,4 @@
-"""Bad input to ``gpt``, one case per test (issue 28): exit status 2, a message naming the fix, no
+"""Bad input to ``gpt``, one case per test: exit status 2, a message naming the fix, no
 traceback, and no file of the user's or of an existing run changed.
 
 The commands run in-process through ``gpt_models.main``; the cases that need a signal or a kill are
@@ -163,6 +163,52 @@ def test_an_empty_flag_is_refused(flag, tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["config", "show", "--config", ""],
+         "gpt config show --config '' is empty. Pass a value (e.g. --config tiny), or leave the "
+         "flag out."),
+        (["config", "show", "--run", " "],
+         "gpt config show --run ' ' is empty. Pass a value (e.g. --run runs/<name>), or leave the "
+         "flag out."),
+        (["sample", "--run", ""],
+         "gpt sample --run '' is empty. Pass a value (e.g. --run runs/<name>), or leave the flag out."),
+        (["eval", ""], "gpt eval RUN '' is empty. Pass one, e.g. gpt eval --run runs/<name>."),
+        (["eval", "--run", "runs/x", "--text", "@val", ""],
+         "gpt eval --text '' is empty. Pass a value (e.g. --text @val), or leave the flag out."),
+        (["eval", "--run", "runs/x", "--task", ""],
+         "gpt eval --task '' is empty. Pass a value (e.g. --task tasks/mc.jsonl), or leave the flag "
+         "out."),
+        (["prepare", "", "--out", "store"],
+         "gpt prepare SRC '' is empty. Pass one, e.g. gpt prepare corpus/ --out data/store."),
+        (["prepare", "notes.txt", "--out", ""],
+         "gpt prepare --out '' is empty. Pass one, e.g. --out data/store."),
+        (["prepare", "notes.txt", "--out", "store", "--tokenizer", ""],
+         "gpt prepare --tokenizer '' is empty. Pass a value (e.g. --tokenizer bpe), or leave the "
+         "flag out."),
+        (["import", "", "--name", "x"],
+         "gpt import DIR '' is empty. Pass one, e.g. gpt import hf/gpt2 --name gpt2."),
+        (["import", "hf", "--name", "x", "--out", ""],
+         "gpt import --out '' is empty. Pass a value (e.g. --out runs), or leave the flag out."),
+        (["export", "", "hf"],
+         "gpt export RUN '' is empty. Pass one, e.g. gpt export runs/<name> hf/<name>."),
+        (["export", "runs/x", ""],
+         "gpt export OUT_DIR '' is empty. Pass one, e.g. gpt export runs/<name> hf/<name>."),
+    ],
+)  # fmt: skip
+def test_an_empty_path_or_name_is_refused_not_read_as_the_default(
+    argv, message, tmp_path, capsys, monkeypatch
+):
+    # '' is neither "not given" (config show used to show the tiny preset) nor the working
+    # directory (prepare --out '' used to write its store among the files here).
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("some text")
+    err = _refused(capsys, argv)
+    assert err == f"gpt: error: {message}\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
 def test_resume_and_name_together_are_refused(run_copy, capsys):
     before = _snapshot(run_copy)
     _refused(capsys, ["train", "--resume", str(run_copy), "--name", "other"],
@@ -188,7 +234,8 @@ def test_out_that_is_a_file_is_refused(tmp_path, capsys):
     [
         (["--coordinator", "localhost"], "expected HOST:PORT"),
         (["--coordinator", "localhost:99999"], "port number from 1 to 65535"),
-        (["--num-processes", "2"], "need --coordinator HOST:PORT"),
+        (["--num-processes", "2"], "gpt train --num-processes 2 needs --coordinator HOST:PORT"),
+        (["--process-id", "1"], "gpt train --process-id 1 needs --coordinator HOST:PORT"),
         (["--coordinator", "localhost:1234", "--num-processes", "2", "--process-id", "5"],
          "--process-id 5: expected 0 to 1"),
         (["--coordinator", "localhost:1234", "--num-processes", "0"], "expected 1 or more"),
@@ -196,6 +243,22 @@ def test_out_that_is_a_file_is_refused(tmp_path, capsys):
 )  # fmt: skip
 def test_bad_multi_process_flags_are_refused_before_waiting(flags, needle, tmp_path, capsys):
     _refused(capsys, ["train", "--out", str(tmp_path), *flags], needle)
+
+
+@pytest.mark.parametrize(("n", "others"), [("2", "1"), ("4", "1 to 3, one each")])
+def test_processes_without_a_coordinator_are_shown_the_command_that_starts_them(
+    n, others, tmp_path, capsys
+):
+    err = _refused(capsys, ["train", "--out", str(tmp_path), "--num-processes", n])
+    assert err == (
+        f"gpt: error: gpt train --num-processes {n} needs --coordinator HOST:PORT, the address of "
+        "process 0 that every process connects to (or JAX_COORDINATOR_ADDRESS): without it the "
+        "processes cannot find each other. Start every process with the same --coordinator and "
+        "--num-processes and its own --process-id, e.g. on the machine at 10.0.0.1: gpt train "
+        f"--coordinator 10.0.0.1:1234 --num-processes {n} --process-id 0, and on the others the "
+        f"same with --process-id {others}. For one process, leave the multi-process flags out.\n"
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 # --- config values ---------------------------------------------------------------------------------
@@ -288,7 +351,7 @@ def _truncate_step(run: Path, step: int) -> None:
 
 
 def _flip_bytes(run: Path, step: int) -> None:
-    # 64 bytes inverted in the middle of each data file of the step (the issue's case).
+    # 64 bytes inverted in the middle of each data file of the step: bytes orbax decodes unnoticed.
     for f in (run / "checkpoints" / str(step)).rglob("*"):
         if f.is_file() and f.parent.name == "d" and f.stat().st_size > 1024:
             data = bytearray(f.read_bytes())

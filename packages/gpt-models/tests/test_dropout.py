@@ -1,4 +1,4 @@
-"""model.dropout (issue 22): embedding, attention-probability and residual dropout, in training only,
+"""model.dropout: embedding, attention-probability and residual dropout, in training only,
 keyed by the run's rng and the step."""
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""The memory pre-flight (issue 24): a step that cannot fit is refused before anything is written,
+"""The memory pre-flight: a step that cannot fit is refused before anything is written,
 with settings that fit, computed by compiling them; the typed errors a run raises."""
 
 import errno

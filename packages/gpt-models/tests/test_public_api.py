@@ -50,7 +50,7 @@ EXPECTED = {
     "to_items",
     "train",
 }
-# The loop's layout (issue 12): run folders, data batches, plotting and the CLI as a function.
+# Run folders, data batches, plotting and the CLI as a function.
 EXPECTED |= {
     "Dataset",
     "RunResult",
@@ -64,24 +64,34 @@ EXPECTED |= {
     "plot_losses",
     "train_batch",
 }
-# CPU throughput (issue 17): the host allocator tuning `gpt train` does, for your own scripts.
+# CPU throughput: the host allocator tuning `gpt train` does, for your own scripts.
 EXPECTED |= {"await_scratch", "keep_host_memory", "tune_host_allocator"}
-# Evals (issue 25): bits per byte of text files, multiple-choice and cloze task accuracy.
+# Evals: bits per byte of text files, multiple-choice and cloze task accuracy.
 EXPECTED |= {"TaskScore", "TextScore", "evaluate_task", "evaluate_text"}
-# Corpora larger than memory (issue 23): gpt prepare as a function.
+# Corpora larger than memory: gpt prepare as a function.
 EXPECTED |= {"PrepareResult", "prepare"}
-# Real checkpoints (issue 22): Hugging Face GPT-2 / Llama folders in and out.
+# Real checkpoints: Hugging Face GPT-2 / Llama folders in and out.
 EXPECTED |= {"CheckpointFormatError", "export_hf", "import_hf"}
 
-# Know before spending (issue 24): the memory pre-flight and the typed errors.
+# Know before spending: the memory pre-flight and the typed errors.
 EXPECTED |= {"DiskFullError", "OutOfMemoryError", "Plan", "plan_training"}
 # The field's harness: lm-evaluation-harness tasks on any run (the gpt-models[lm-eval] extra).
 EXPECTED |= {"HarnessScore", "evaluate_lm_eval", "register_lm_eval_model"}
 
 
 def test_exported_names_are_pinned():
-    public = {n for n in dir(gpt_models) if not n.startswith("_")}
+    # `internal` is a submodule, an attribute once anything imported it: not API (its docstring).
+    public = {n for n in dir(gpt_models) if not n.startswith("_")} - {"internal"}
     assert public == EXPECTED
+
+
+def test_internals_are_not_imported_with_the_package():
+    import subprocess
+    import sys
+
+    code = "import sys, gpt_models; print('gpt_models.internal' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_each_name_has_one_home():

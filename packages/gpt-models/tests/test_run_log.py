@@ -1,4 +1,4 @@
-"""The run's error log (issue 28): a failed run leaves a dated entry in ``RUN/errors.log`` with
+"""The run's error log: a failed run leaves a dated entry in ``RUN/errors.log`` with
 its step and message (a crash: its traceback too), written only inside the run folder."""
 
 import io

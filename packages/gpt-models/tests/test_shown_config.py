@@ -1,4 +1,4 @@
-"""`gpt config show` shows the run's config (issue 24): the vocabulary gpt train resolves, the
+"""`gpt config show` shows the run's config: the vocabulary gpt train resolves, the
 parameter count, and notes whose suggestions the config accepts."""
 
 import re

@@ -1,4 +1,4 @@
-"""The memory pre-flight of ``gpt sample`` and ``gpt eval`` (issue 24): their own programs are
+"""The memory pre-flight of ``gpt sample`` and ``gpt eval``: their own programs are
 compiled before the checkpoint is read; one that cannot fit is refused with exit 2, both numbers
 and the largest ``--max-new-tokens`` / ``--batch-size`` that fits, and nothing read or written."""
 

@@ -1,4 +1,4 @@
-"""The bad-input catalogue of lox (issues 24 and 28): damaged saves and wrong arguments.
+"""The bad-input catalogue of lox: damaged saves and wrong arguments.
 
 Each case asserts the exception type and that the message says what to do. Damaged or altered
 save folders raise ``lox.DamagedSaveError`` naming the file, keep the error that revealed the
@@ -66,7 +66,8 @@ def test_truncated_chunk(tmp_path):
     with pytest.raises(lox.DamagedSaveError, match=r"chunk file chunks/00000000\.npz") as info:
         lox.load(save)
     assert isinstance(info.value.__cause__, zipfile.BadZipFile)
-    assert "truncated or altered" in str(info.value) and "Restore" in str(info.value)
+    assert "truncated or altered" in str(info.value)
+    assert f"Put {str(chunk)!r} back from a copy of the save" in str(info.value)
 
 
 def test_corrupted_index_line(tmp_path):
@@ -78,19 +79,35 @@ def test_corrupted_index_line(tmp_path):
     assert "got 'garbage{'" in str(info.value) and "Restore" in str(info.value)
 
 
-def test_deleted_chunk(tmp_path):
-    save = a_save(tmp_path)
-    os.remove(tmp_path / "chunks" / "00000000.npz")
-    with pytest.raises(lox.DamagedSaveError, match=r"chunks/00000000\.npz .* is missing") as info:
+def test_deleted_chunk_says_how_to_restore_it_or_read_the_rest(tmp_path):
+    save = tmp_path / "save"
+    lox.save(lox.logdict({"x": jnp.arange(2.0)}), save)
+    lox.save(lox.logdict({"x": jnp.arange(3.0), "y": jnp.ones(3)}), save)
+    os.remove(save / "chunks" / "00000001.npz")
+    with pytest.raises(lox.DamagedSaveError) as info:
         lox.load(save)
     assert isinstance(info.value.__cause__, FileNotFoundError)
-    assert "deleted or moved" in str(info.value)
+    assert str(info.value) == (
+        f"lox.load: the chunk file chunks/00000001.npz of the save {str(save)!r} (listed on line 5 "
+        "of lox-index.jsonl) is missing. It was deleted or moved after lox wrote it. Put "
+        f"{str(save / 'chunks' / '00000001.npz')!r} back from a copy of the save if you have one. "
+        "To read the other events without it (it holds 3 events of 'x', 3 of 'y'), copy the "
+        "folder, delete line 5 from the copy's lox-index.jsonl and lox.load the copy. To keep "
+        "logging, save to a new folder."
+    )
+    # The way out it offers works: the copy without that line loads every other event.
+    copy = tmp_path / "copy"
+    shutil.copytree(save, copy)
+    lines = index_lines(copy)
+    write_index(copy, lines[:4] + lines[5:])
+    logs = lox.load(copy)
+    assert logs["x"].tolist() == [0.0, 1.0] and logs["y"].shape == (0,)
 
 
 def test_deleted_chunks_folder(tmp_path):
     save = a_save(tmp_path)
     shutil.rmtree(tmp_path / "chunks")
-    with pytest.raises(lox.DamagedSaveError, match=r"is missing.*Restore"):
+    with pytest.raises(lox.DamagedSaveError, match=r"is missing.*Put .* back from a copy"):
         lox.load(save)
 
 
@@ -308,6 +325,33 @@ BAD_ARGUMENTS = {
         lambda tmp: lox.load(tmp / "nope"),
         FileNotFoundError,
         r"does not exist; expected a folder written by lox.save",
+    ),
+    "save to an empty path": (
+        lambda tmp: lox.save(_logs(), ""),
+        ValueError,
+        r"^lox.save: path is '' \(an empty string\); expected the folder of the logs. Pass the "
+        r"folder's name, e.g. 'runs/logs', or '.' if you mean the working directory.$",
+    ),
+    "load an empty path": (
+        lambda tmp: lox.load(""),
+        ValueError,
+        r"^lox.load: path is '' \(an empty string\); expected the folder of the logs",
+    ),
+    "to_csv of an empty path": (
+        lambda tmp: lox.to_csv("", tmp / "a.csv"),
+        ValueError,
+        r"^lox.load: path is '' \(an empty string\)",
+    ),
+    "SaveLogger of an empty path": (
+        lambda tmp: lox.SaveLogger(""),
+        ValueError,
+        r"^SaveLogger: path is '' \(an empty string\).*e.g. SaveLogger\('runs/logs'\), or '.'",
+    ),
+    "to_csv into an empty file name": (
+        lambda tmp: lox.to_csv(_logs(), ""),
+        ValueError,
+        r"^lox.to_csv: file is '' \(an empty string\); pass the path of the CSV file to write, "
+        r"e.g. 'metrics.csv'.$",
     ),
     "to_csv of a non-path": (
         lambda tmp: lox.to_csv(3, tmp / "a.csv"),

@@ -1,4 +1,4 @@
-"""Issue 13: sites in a scan inside custom_jvp/custom_vjp survive grad (spool and tap)."""
+"""Sites in a scan inside custom_jvp/custom_vjp survive grad (spool and tap)."""
 
 import jax
 import jax.numpy as jnp

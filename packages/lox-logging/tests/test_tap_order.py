@@ -1,4 +1,4 @@
-"""Issue 13: tap's callbacks arrive in program order even when nothing orders them by data.
+"""Tap's callbacks arrive in program order even when nothing orders them by data.
 
 The sites below log values that do not depend on the scan carry, so only an ordered callback
 keeps XLA from running the inner jit's site first (it did, with unordered callbacks).

@@ -96,6 +96,12 @@ def test_tap_streams_into_the_run(tmp_path):
 def test_refuses_bad_arguments():
     with pytest.raises(TypeError, match=r"path must be a folder path .*got 3 \(int\)"):
         TensorBoardLogger(3)
+    with pytest.raises(
+        ValueError,
+        match=r"^TensorBoardLogger: path is '' \(an empty string\); "
+        r"expected the folder of the logs. .*e.g. TensorBoardLogger\('runs/tb'\)",
+    ):
+        TensorBoardLogger("")
     with pytest.raises(TypeError, match=r"text must map str tags to str texts, got \{'cfg': 'int'"):
         TensorBoardLogger("x", text={"cfg": 1})
     with pytest.raises(ValueError, match=r"flush_secs must be a positive number.*got 0"):

@@ -1,4 +1,4 @@
-"""The bad-input catalogue of paramspec (issues 24 and 28).
+"""The bad-input catalogue of paramspec: specs, rules and meshes that cannot work.
 
 Each case asserts the exception type and that the message says what was given, what was expected
 and how to fix it: impossible meshes (one device listed twice), rules and specs that do not fit

@@ -45,7 +45,8 @@ def to_csv(
 
     Raises:
         TypeError: ``logs`` is neither a logdict nor a path.
-        ValueError: a selected key is unknown or holds more than one number per event.
+        ValueError: a selected key is unknown or holds more than one number per event, or
+            ``file`` is ``''`` or a folder.
         DamagedSaveError: ``logs`` names a damaged save folder (see ``lox.load``).
 
     Example:
@@ -127,6 +128,11 @@ def _cell(value: Any) -> str:
 def _write(table: list[list[str]], file: str | os.PathLike[str] | TextIO) -> None:
     if isinstance(file, str | os.PathLike):
         path = Path(file)
+        if os.fspath(file) == "":  # Path('') is '.', which would be reported as a folder
+            raise ValueError(
+                "lox.to_csv: file is '' (an empty string); pass the path of the CSV file to "
+                "write, e.g. 'metrics.csv'."
+            )
         if path.is_dir():
             raise ValueError(
                 f"lox.to_csv: {path} is a folder; pass the path of the CSV file to write, "

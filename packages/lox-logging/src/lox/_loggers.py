@@ -26,7 +26,7 @@ from core_primitives import pytree_dataclass
 
 from ._logdict import logdict
 from ._save import save
-from ._save_index import refuse_link
+from ._save_index import folder_path, refuse_link
 
 State = Any
 
@@ -346,13 +346,8 @@ class SaveLogger(HostLogger):
                 f"SaveLogger: flush_every must be a positive int, got {flush_every!r}. Use 1 "
                 "to save at every log call, or e.g. 100 to save every 100 calls."
             )
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(
-                f"SaveLogger: path must be a folder path (str or os.PathLike), got {path!r:.60} "
-                f"({type(path).__name__}). Example: SaveLogger('runs/logs')."
-            )
+        self.path = folder_path("SaveLogger", path, "SaveLogger('runs/logs')")
         super().__init__()
-        self.path = os.fspath(path)
         self.flush_every = flush_every
 
     def __repr__(self) -> str:

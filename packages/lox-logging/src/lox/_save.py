@@ -37,6 +37,7 @@ from ._save_index import (
     chunk_name,
     damaged,
     dtype_of,
+    folder_path,
     open_inside,
     read_index,
     refuse_link,
@@ -135,7 +136,8 @@ def save(logs: logdict, path: str | os.PathLike[str]) -> None:
 
     Raises:
         TypeError: ``logs`` is not a logdict, holds object arrays, or ``path`` is not a path.
-        ValueError: a key was saved before with another structure, shape, dtype or steps.
+        ValueError: ``path`` is ``''`` (pass ``'.'`` to mean the working directory), or a key
+            was saved before with another structure, shape, dtype or steps.
         DamagedSaveError: ``path`` holds a save that is damaged or altered (see ``load``), or
             its index or ``chunks`` folder is a symbolic link: lox writes only inside ``path``.
         FileExistsError: ``path`` is a file.
@@ -216,17 +218,8 @@ def _write_chunk(path: str, number: int, arrays: dict[str, np.ndarray]) -> None:
     os.replace(os.path.join(path, final + ".tmp"), os.path.join(path, final))
 
 
-def _as_path(who: str, path: Any) -> str:
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(
-            f"{who}: path must be a folder path (str or os.PathLike), got {path!r:.60} "
-            f"({type(path).__name__}). Pass the folder's name, e.g. 'runs/logs'."
-        )
-    return os.fspath(path)
-
-
 def _folder(who: str, path: str | os.PathLike[str]) -> str:
-    path = _as_path(who, path)
+    path = folder_path(who, path, "'runs/logs'")
     if os.path.exists(path) and not os.path.isdir(path):
         raise FileExistsError(
             f"{who}: {path!r} is a file; expected a folder (new or from an earlier "
@@ -259,7 +252,7 @@ def load(path: str | os.PathLike[str]) -> logdict:
             not one of the save's chunks (such as ``../../outside.npz``: lox reads only inside
             ``path``), or the index, ``chunks`` or a chunk is a symbolic link. The message names
             the file; the error that revealed the damage is its ``__cause__``.
-        ValueError: the save is from a newer lox.
+        ValueError: ``path`` is ``''``, or the save is from a newer lox.
         TypeError: ``path`` is not a path.
 
     Example:
@@ -269,7 +262,7 @@ def load(path: str | os.PathLike[str]) -> logdict:
         >>> lox.load(folder)
         logdict({'p': {'w': float64[1,2]}})
     """
-    path = _as_path("lox.load", path)
+    path = folder_path("lox.load", path, "'runs/logs'")
     if not os.path.isfile(os.path.join(path, INDEX)):
         raise FileNotFoundError(_not_a_save(path))
     index = read_index("lox.load", path)
@@ -318,6 +311,7 @@ def _read_chunk(
     """The members of one chunk, per key, checked against the index."""
     file = chunk["file"]
     listed = f"listed on line {line} of {INDEX}"
+    fix = _without_chunk(path, chunk, line, by_id)
     try:
         fh = open_inside("lox.load", path, file, "rb")
     except FileNotFoundError as err:
@@ -326,6 +320,7 @@ def _read_chunk(
             path,
             f"the chunk file {file} of the save {path!r} ({listed}) is missing. It was deleted "
             "or moved after lox wrote it.",
+            fix,
         ) from err
     with fh:
         try:
@@ -345,7 +340,26 @@ def _read_chunk(
                 f"({type(err).__name__}: {err}); expected an npz archive holding the arrays the "
                 "index lists. It was truncated or altered after lox wrote it (lox writes each "
                 "chunk under a temporary name and renames it, so a crash leaves none half-written).",
+                fix,
             ) from err
+
+
+def _without_chunk(
+    path: str, chunk: dict[str, Any], line: int, by_id: dict[str, dict[str, Any]]
+) -> str:
+    """What to do about one unreadable chunk: put it back, or read every other event without it."""
+    counts = [(by_id[k]["key"], n) for k, n in chunk["counts"].items()]
+    held = ", ".join(f"{n} of {key!r}" for key, n in counts[1:])
+    key, n = counts[0]
+    held = f"{n} event{'s' * (n != 1)} of {key!r}" + (f", {held}" if held else "")
+    # Reading the other chunks works once the chunk's index line is gone; the copy keeps the
+    # original intact for a later restore, and is not appended to (see the last sentence).
+    return (
+        f"Put {os.path.join(path, chunk['file'])!r} back from a copy of the save if you have one. "
+        f"To read the other events without it (it holds {held}), copy the folder, "
+        f"delete line {line} from the copy's {INDEX} and lox.load the copy. To keep logging, "
+        "save to a new folder."
+    )
 
 
 def _specs(entry: dict[str, Any]) -> list[tuple[str, list[int]]]:

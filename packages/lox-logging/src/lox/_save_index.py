@@ -62,6 +62,24 @@ def damaged(who: str, path: str, what: str, fix: str = "") -> DamagedSaveError:
     return DamagedSaveError(f"{who}: {what} {fix}")
 
 
+def folder_path(who: str, path: Any, example: str) -> str:
+    """``path`` as a string, refusing what cannot name a save folder (a non-path, ``''``)."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"{who}: path must be a folder path (str or os.PathLike), got {path!r:.60} "
+            f"({type(path).__name__}). Pass the folder's name, e.g. {example}."
+        )
+    text = os.fspath(path)
+    # An empty path would mean the working directory to os.path.join and open(): the logs would
+    # land beside the user's files (or be read from them) instead of being refused.
+    if text == "":
+        raise ValueError(
+            f"{who}: path is '' (an empty string); expected the folder of the logs. Pass the "
+            f"folder's name, e.g. {example}, or '.' if you mean the working directory."
+        )
+    return text
+
+
 def refuse_link(who: str, path: str, name: str) -> None:
     """Raise if ``path/name`` is a symbolic link: lox never reads or writes through one."""
     full = os.path.join(path, name)

@@ -11,7 +11,7 @@ import numpy as np
 from ._console import leaf_names
 from ._logdict import logdict
 from ._loggers import HostLogger
-from ._save_index import refuse_link
+from ._save_index import folder_path, refuse_link
 
 
 def _import_tensorboardx() -> Any:
@@ -77,11 +77,7 @@ class TensorBoardLogger(HostLogger):
         text: Mapping[str, str] | None = None,
         flush_secs: float = 10.0,
     ):
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(
-                f"TensorBoardLogger: path must be a folder path (str or os.PathLike), got "
-                f"{path!r:.60} ({type(path).__name__}). Example: TensorBoardLogger('runs/tb')."
-            )
+        path = folder_path("TensorBoardLogger", path, "TensorBoardLogger('runs/tb')")
         text = dict(text or {})
         bad = {k: type(v).__name__ for k, v in text.items() if not isinstance(v, str)}
         if bad or not all(isinstance(k, str) for k in text):

@@ -21,6 +21,7 @@ from .._config.schema import Config, fit_warmup
 from .._config.toml import apply_overrides, dumps, load_config, parse_set, valid_keys
 from .._errors import ConfigError, DiskFullError, UsageError
 from .._runs.folders import check_run_folder, new_run_dir, run_config
+from .empty_values import refuse_empty
 
 # The keys `gpt sample` / `gpt eval` may override: the rest (shapes above all) is fixed by the run.
 _SAMPLE_KEYS = ("sample.",)
@@ -129,6 +130,9 @@ def _dry_run(cfg: Config, run: Path, resume: bool, profile: tuple[int, int] | No
 
 def config_show_command(args: argparse.Namespace) -> int:
     """``gpt config show``: the config ``gpt train`` would run with the same flags, as TOML."""
+    refuse_empty(
+        "gpt config show", [("--config", args.config, "tiny"), ("--run", args.run, "runs/<name>")]
+    )
     if args.run and args.config:
         raise UsageError(
             "gpt config show takes --run or --config, not both: a run's config is its config.toml."
@@ -231,6 +235,13 @@ def eval_command(args: argparse.Namespace) -> int:
         raise UsageError(
             f"gpt eval --format {args.format} applies to --task; pass --task FILE.jsonl too."
         )
+    refuse_empty(
+        "gpt eval",
+        [
+            *(("--text", t, "@val") for t in args.text or ()),
+            *(("--task", t, "tasks/mc.jsonl") for t in args.task or ()),
+        ],
+    )
     run = _chosen_run(args)
     config = _run_config(args, run, _EVAL_KEYS)
     if args.text is None and args.task is None:
@@ -246,14 +257,10 @@ def eval_command(args: argparse.Namespace) -> int:
 
 def _check_train_flags(args: argparse.Namespace) -> None:
     """Flags that cannot work, refused before JAX starts or anything is read or written."""
-    for flag, value in (("--resume", args.resume), ("--config", args.config),
-                        ("--out", args.out), ("--coordinator", args.coordinator),
-                        ("--mesh", args.mesh), ("--init-from", args.init_from)):  # fmt: skip
-        if value is not None and not value.strip():
-            raise UsageError(
-                f"gpt train {flag} '' is empty. Pass a value (e.g. {flag} "
-                f"{_FLAG_EXAMPLES[flag]}), or leave the flag out."
-            )
+    refuse_empty(
+        "gpt train",
+        [(f, getattr(args, f[2:].replace("-", "_")), e) for f, e in _FLAG_EXAMPLES.items()],
+    )
     if args.auto_resume and (args.name is None or args.resume is not None):
         raise UsageError(
             "gpt train --auto-resume needs --name NAME (and no --resume): it continues "
@@ -298,11 +305,7 @@ def _check_distributed_flags(args: argparse.Namespace) -> None:
     n = _count("--num-processes", args.num_processes, "JAX_NUM_PROCESSES")
     i = _count("--process-id", args.process_id, "JAX_PROCESS_ID")
     if (args.num_processes is not None or args.process_id is not None) and address is None:
-        raise UsageError(
-            "gpt train --num-processes/--process-id need --coordinator HOST:PORT (the address of "
-            "process 0, or JAX_COORDINATOR_ADDRESS): without it the processes cannot find each "
-            "other. Add --coordinator, or leave the multi-process flags out for one process."
-        )
+        raise UsageError(_no_coordinator(args.num_processes, args.process_id))
     if n is not None and n < 1:
         raise UsageError(f"gpt train --num-processes {n}: expected 1 or more processes.")
     if i is not None and (i < 0 or (n is not None and i >= n)):
@@ -311,6 +314,23 @@ def _check_distributed_flags(args: argparse.Namespace) -> None:
             f"gpt train --process-id {i}: expected {top} (each of the --num-processes {n} "
             "processes gets a distinct id; process 0 hosts the coordinator)."
         )
+
+
+def _no_coordinator(n: int | None, i: int | None) -> str:
+    """Multi-process flags without an address: what was given, and the command for each process."""
+    given = " ".join(
+        f"{f} {v}" for f, v in (("--num-processes", n), ("--process-id", i)) if v is not None
+    )
+    n = n if n is not None and n > 1 else 2
+    others = "1" if n == 2 else f"1 to {n - 1}, one each"
+    return (
+        f"gpt train {given} needs --coordinator HOST:PORT, the address of process 0 that every "
+        "process connects to (or JAX_COORDINATOR_ADDRESS): without it the processes cannot find "
+        "each other. Start every process with the same --coordinator and --num-processes and its "
+        f"own --process-id, e.g. on the machine at 10.0.0.1: gpt train --coordinator 10.0.0.1:1234 "
+        f"--num-processes {n} --process-id 0, and on the others the same with --process-id "
+        f"{others}. For one process, leave the multi-process flags out."
+    )
 
 
 def _count(flag: str, value: int | None, env: str) -> int | None:
@@ -399,6 +419,13 @@ def _chosen_run(args: argparse.Namespace) -> str:
             f"gpt {args.command} got two run folders, --run {args.run} and {args.run_dir}. "
             f"Pass one: gpt {args.command} --run {args.run}."
         )
+    refuse_empty(
+        f"gpt {args.command}",
+        [
+            ("--run", args.run, "runs/<name>"),
+            ("RUN", args.run_dir, f"gpt {args.command} --run runs/<name>"),
+        ],
+    )
     run = args.run or args.run_dir
     if not run:
         raise UsageError(

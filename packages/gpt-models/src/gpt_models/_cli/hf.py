@@ -33,7 +33,12 @@ def import_command(args: argparse.Namespace) -> int:
     """``gpt import``: a run folder at step 0 from a Hugging Face folder."""
     from .._runs.folders import check_run_name
     from .._runs.hf_run import import_run
+    from .empty_values import refuse_empty
 
+    refuse_empty(
+        "gpt import",
+        [("DIR", args.source, "gpt import hf/gpt2 --name gpt2"), ("--out", args.out, "runs")],
+    )
     run = import_run(args.source, Path(args.out) / check_run_name(args.name), dtype=args.dtype)
     print(f"imported {args.source} into {run} (step 0); try: gpt eval --run {run}")
     return 0
@@ -43,7 +48,10 @@ def export_command(args: argparse.Namespace) -> int:
     """``gpt export``: a run's newest checkpoint as a Hugging Face folder."""
     from .._runs.folders import check_run_folder, load_run
     from .._runs.hf import export_hf
+    from .empty_values import refuse_empty
 
+    example = "gpt export runs/<name> hf/<name>"
+    refuse_empty("gpt export", [("RUN", args.run, example), ("OUT_DIR", args.out, example)])
     run = check_run_folder(args.run, flag="RUN")
     cfg, params, step = load_run(run)
     tokenizer = run / "tokenizer.json"  # a BPE or imported run's tokenizer goes along

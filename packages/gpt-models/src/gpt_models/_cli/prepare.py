@@ -32,7 +32,18 @@ def prepare_command(args: argparse.Namespace) -> int:
     """``gpt prepare``: write (or resume, or confirm) the store and print its summary."""
     from .._data.prepare import prepare
     from .._errors import UsageError
+    from .empty_values import refuse_empty
 
+    refuse_empty(
+        "gpt prepare",
+        [
+            *(("SRC", src, "gpt prepare corpus/ --out data/store") for src in args.sources),
+            ("--out", args.out, "data/store"),
+            ("--tokenizer", args.tokenizer, "bpe"),
+            ("--text-field", args.text_field, "text"),
+        ],
+        required=("--out",),
+    )
     if args.bpe_vocab_size is not None and args.tokenizer != "bpe":
         raise UsageError(
             f"gpt prepare --bpe-vocab-size {args.bpe_vocab_size} applies to --tokenizer bpe (the "

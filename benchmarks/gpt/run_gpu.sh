@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Every GPU check of the gpt/blox attention cores in one go, for a lent GPU machine whose image has
-# JAX with CUDA, optax, orbax, tokenizers and safetensors (the workspace is put on PYTHONPATH, no
-# install). Logs go to $OUT (default ./gpu-out). Fill RESULTS-gpu.md from them.
+# Every GPU check of the gpt/blox attention cores in one go, on a GPU machine whose Python already
+# has JAX with CUDA, optax, orbax, tokenizers and safetensors (the workspace is put on PYTHONPATH,
+# nothing is installed). Logs go to $OUT (default ./gpu-out); RESULTS-gpu.md is filled from them.
+# Run from anywhere: bash benchmarks/gpt/run_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"

@@ -1,0 +1,37 @@
+"""The internals that gpt-models' own tests and benchmarks reach, declared in one place.
+
+Nothing here is public API: any name may change or go away in any release, without notice and
+without a changelog entry. Code outside this repository should use ``gpt_models``'s public names.
+Tests and benchmarks take internals from here and nowhere else (a repository test fails on any
+other import of a private module), so a refactor that moves one of these changes this list, not
+the tests.
+
+Modules, for a test that patches a name where the code looks it up:
+
+- ``training_loop``: where ``train`` finds ``plan_step`` (the pre-flight that compiles the step it
+  then runs), ``run_lock`` and ``plot_losses``. Tests patch them to fail a step on demand, to
+  plant a file just before the lock is taken, and to send a signal right after the loss plot.
+- ``data_prepare``: where ``prepare`` finds ``_CHUNK_BYTES`` (text per chunk) and
+  ``write_json_atomic`` (its resume state and manifest). Tests patch them to stop a prepare
+  between a chunk's ids and that chunk's state, as a ``kill -9`` could.
+- ``training_preflight``: the pre-flight's search for settings that fit, which a benchmark times
+  compile by compile.
+
+Functions: ``PendingDigest``, ``read_digest`` and ``verify_digest``, a checkpoint's per-array
+digest, which a benchmark times apart from the checkpoint write.
+"""
+
+from ._data import prepare as data_prepare
+from ._runs.digest import PendingDigest, read_digest
+from ._runs.digest import verify as verify_digest
+from ._training import loop as training_loop
+from ._training import preflight as training_preflight
+
+__all__ = [
+    "PendingDigest",
+    "data_prepare",
+    "read_digest",
+    "training_loop",
+    "training_preflight",
+    "verify_digest",
+]
