@@ -2,12 +2,16 @@
 
 The fault-injection seams live here too, and only here: each fixture below that patches an internal
 of gpt_models (``fail_train_step``, ``before_run_lock``, ``kill_prepare``) takes it from
-``gpt_models.internal``, the one declared home of what tests may reach, and says in its docstring
+``gpt_models.internal``, the one declared home of what tests may reach; each one that patches the
+OS (``read_only_below``) patches it where every caller looks it up. Each says in its docstring
 which one and why no public route reaches that moment, so the test files import public names only.
 """
 
 import dataclasses
+import errno
 import logging
+import os
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +198,24 @@ def kill_prepare(monkeypatch):
         monkeypatch.setattr(prep, "write_json_atomic", dies)
 
     return arm
+
+
+@pytest.fixture
+def read_only_below(monkeypatch):
+    """``read_only_below(folder)``: making a folder below ``folder`` fails with ``EROFS``, as on a
+    read-only mount.
+
+    Patches ``os.mkdir`` (where every new folder of ``gpt import``/``gpt export`` starts): a test
+    cannot mount a read-only file system, and as root ``chmod 0555`` stops nothing.
+    """
+    real = os.mkdir
+
+    def read_only(folder: Path) -> None:
+        def mkdir(path, *args, **kwargs):
+            if Path(path).is_relative_to(folder):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+            return real(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "mkdir", mkdir)
+
+    return read_only

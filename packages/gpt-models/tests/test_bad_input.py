@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gpt_models import main
@@ -427,3 +428,202 @@ def test_process_id_out_of_range_from_the_environment_is_refused(tmp_path, capsy
     _refused(capsys, ["train", "--out", str(tmp_path)], "--process-id 5: expected 0 to 1")
     monkeypatch.setenv("JAX_PROCESS_ID", "one")
     _refused(capsys, ["train", "--out", str(tmp_path)], "JAX_PROCESS_ID='one' is not a whole")
+
+
+# --- Hugging Face folders in and out: one table ------------------------------------------------------
+# Each case builds its bad input under tmp_path and returns the command; the command must print one
+# `gpt: error:` line holding the needle, exit 2, and leave tmp_path exactly as it was.
+
+DATA = Path(__file__).parent / "data"
+
+
+def _tree(folder: Path) -> dict[str, object]:
+    """Every path below ``folder``: a file's bytes, a link's target, else its kind."""
+    out: dict[str, object] = {}
+    for p in sorted(folder.rglob("*")):
+        key = str(p.relative_to(folder))
+        if p.is_symlink():
+            out[key] = os.readlink(p)
+        elif p.is_file():
+            out[key] = p.read_bytes()
+        else:
+            out[key] = "folder" if p.is_dir() else "special"
+    return out
+
+
+def _hf(tmp: Path, config: dict | None = None, edit=None) -> Path:
+    """A copy of the GPT-2 golden folder (vocab 100, width 32, 2 layers), spoilt as asked."""
+    import json
+
+    src = Path(shutil.copytree(DATA / "hf_gpt2", tmp / "src"))
+    if config:
+        raw = json.loads((src / "config.json").read_text())
+        (src / "config.json").write_text(json.dumps({**raw, **config}))
+    if edit:
+        from safetensors.numpy import load_file, save_file
+
+        tensors = load_file(str(src / "model.safetensors"))
+        edit(tensors)
+        save_file(tensors, str(src / "model.safetensors"))
+    return src
+
+
+def _rows(n: int):
+    def edit(t):
+        t["transformer.wte.weight"] = np.zeros((n, 32), np.float32)
+
+    return edit
+
+
+def _import(src: Path, tmp: Path, name: str = "bad", out: Path | None = None) -> list[str]:
+    return ["import", str(src), "--name", name, "--out", str(out or tmp / "runs")]
+
+
+def _cut(src: Path, name: str, keep: int | None = None) -> Path:
+    data = (src / name).read_bytes()
+    (src / name).write_bytes(data[: len(data) // 2 if keep is None else keep])
+    return src
+
+
+def _fifo(src: Path, name: str) -> Path:
+    (src / name).unlink(missing_ok=True)
+    os.mkfifo(src / name)
+    return src
+
+
+def _sharded(tmp: Path, shard: str) -> Path:
+    src = Path(shutil.copytree(DATA / "hf_llama", tmp / "src"))
+    index = src / "model.safetensors.index.json"
+    index.write_text(index.read_text().replace('"model-00001-of-00003.safetensors"', f'"{shard}"'))
+    return src
+
+
+def _file(path: Path) -> Path:
+    path.write_text("the user's own file")
+    return path
+
+
+def _link(path: Path, target: Path) -> Path:
+    path.parent.mkdir(exist_ok=True)
+    path.symlink_to(target)
+    return path
+
+
+def _folder(path: Path, read_only=None) -> Path:
+    path.mkdir()
+    (path / "notes.txt").write_text("the user's own file")
+    if read_only:
+        read_only(path)
+    return path
+
+
+def _no_config(src: Path, run_folder: bool = False) -> Path:
+    (src / "config.json").unlink()
+    if run_folder:
+        (src / "config.toml").touch()
+    return src
+
+
+HF_CASES = {
+    "import: unknown architecture": (
+        lambda t, run, ro: _import(_hf(t, {"architectures": ["BertForMaskedLM"]}), t),
+        "architecture 'BertForMaskedLM' cannot be imported; supported: GPT2LMHeadModel"),
+    "import: n_embd is a string": (
+        lambda t, run, ro: _import(_hf(t, {"n_embd": "big", "n_layer": 2.5}), t),
+        'cannot describe a GPT2LMHeadModel: n_embd = "big" (expected a positive integer); '
+        "n_layer = 2.5 (expected a positive integer)"),
+    "import: wte of 200 rows for 256 ids": (
+        lambda t, run, ro: _import(_hf(t, {"vocab_size": 256}, _rows(200)), t),
+        "tensor 'transformer.wte.weight' has shape (200, 32), but config.json (GPT2LMHeadModel: "
+        "vocab_size 256, width 32, 2 layers, context 32) needs (256, 32)"),
+    "import: wte of 300 rows for 256 ids": (
+        lambda t, run, ro: _import(_hf(t, {"vocab_size": 256}, _rows(300)), t),
+        "tensor 'transformer.wte.weight' has shape (300, 32), but config.json"),
+    "import: c_attn of the wrong shape": (
+        lambda t, run, ro: _import(_hf(t, edit=lambda x: x.update(
+            {"transformer.h.1.attn.c_attn.weight": np.zeros((32, 64), np.float32)})), t),
+        "tensor 'transformer.h.1.attn.c_attn.weight' has shape (32, 64), but config.json"),
+    "import: wpe shorter than n_positions": (
+        lambda t, run, ro: _import(_hf(t, {"n_positions": 64}), t),
+        "tensor 'transformer.wpe.weight' has shape (32, 32), but config.json"),
+    "import: a tensor missing": (
+        lambda t, run, ro: _import(_hf(t, edit=lambda x: x.pop("transformer.h.1.mlp.c_fc.bias")), t),
+        "tensor 'transformer.h.1.mlp.c_fc.bias' is missing (1 missing in all)"),
+    "import: an extra tensor": (
+        lambda t, run, ro: _import(_hf(t, edit=lambda x: x.update(
+            {"transformer.h.2.mlp.c_fc.bias": np.zeros(128, np.float32)})), t),
+        "tensor 'transformer.h.2.mlp.c_fc.bias' (1 unexpected in all) is not part of"),
+    "import: safetensors cut in half": (
+        lambda t, run, ro: _import(_cut(_hf(t), "model.safetensors"), t),
+        "model.safetensors is not a readable safetensors file: tensor "),
+    "import: safetensors of 5 bytes": (
+        lambda t, run, ro: _import(_cut(_hf(t), "model.safetensors", 5), t),
+        "model.safetensors is not a readable safetensors file (it holds 5 bytes"),
+    "import: config.json is a named pipe": (
+        lambda t, run, ro: _import(_fifo(_hf(t), "config.json"), t),
+        "config.json is a named pipe, not a regular file"),
+    "import: model.safetensors is a named pipe": (
+        lambda t, run, ro: _import(_fifo(_hf(t), "model.safetensors"), t),
+        "model.safetensors is a named pipe, not a regular file"),
+    "import: tokenizer.json is a named pipe": (
+        lambda t, run, ro: _import(_fifo(_hf(t), "tokenizer.json"), t),
+        "tokenizer.json is a named pipe, not a regular file"),
+    "import: a shard named outside the folder": (
+        lambda t, run, ro: _import(_sharded(t, "../outside.safetensors"), t),
+        "names the shard '../outside.safetensors' for tensor"),
+    "import: no config.json": (
+        lambda t, run, ro: _import(_no_config(_hf(t)), t),
+        "config.json does not exist. Expected a Hugging Face model folder with config.json"),
+    "import: a gpt run folder": (
+        lambda t, run, ro: _import(_no_config(_hf(t), run_folder=True), t),
+        "is a run folder made by gpt train (config.toml), not a Hugging Face model folder"),
+    "import: not a folder": (
+        lambda t, run, ro: _import(_file(t / "afile"), t),
+        "afile is not a folder. Expected a Hugging Face model folder"),
+    "import: --out is a file": (
+        lambda t, run, ro: _import(_hf(t), t, out=_file(t / "afile")),
+        "--out/--name {t}/afile/bad: {t}/afile is a file, not a folder, so nothing can be written"),
+    "import: --name is a dangling link": (
+        lambda t, run, ro: _import(_hf(t), t, name=_link(t / "runs" / "bad", t / "gone").name),
+        "--out/--name {t}/runs/bad is a symbolic link (to {t}/gone, which does not exist)"),
+    "import: --out on a read-only file system": (
+        lambda t, run, ro: _import(_hf(t), t, out=_folder(t / "ro", ro)),
+        "--out/--name {t}/ro/bad: writing failed (Read-only file system); nothing was left behind"),
+    "train --init-from: truncated safetensors": (
+        lambda t, run, ro: ["train", "--init-from", str(_cut(_hf(t), "model.safetensors")),
+                            "--out", str(t / "runs"), "--name", "ft"],
+        "model.safetensors is not a readable safetensors file: tensor "),
+    "export: OUT_DIR below a file": (
+        lambda t, run, ro: ["export", str(run), str(_file(t / "afile") / "hf")],
+        "OUT_DIR {t}/afile/hf: {t}/afile is a file, not a folder, so nothing can be written"),
+    "export: OUT_DIR is a dangling link": (
+        lambda t, run, ro: ["export", str(run), str(_link(t / "hf", t / "gone"))],
+        "OUT_DIR {t}/hf is a symbolic link (to {t}/gone, which does not exist)"),
+    "export: OUT_DIR holds the user's files": (
+        lambda t, run, ro: ["export", str(run), str(_folder(t / "hf"))],
+        "OUT_DIR {t}/hf exists already (a folder); this writes a new folder"),
+    "export: into a read-only folder": (
+        lambda t, run, ro: ["export", str(run), str(_folder(t / "ro", ro) / "hf")],
+        "OUT_DIR {t}/ro/hf: writing failed (Read-only file system); nothing was left behind"),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def exportable_run(tmp_path_factory):
+    """A GPT-2-shaped run at step 0 (the golden folder imported), built once."""
+    out = tmp_path_factory.mktemp("imported")
+    assert main(["import", str(DATA / "hf_gpt2"), "--name", "g", "--out", str(out)]) == 0
+    return out / "g"
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_hf_folders_in_and_out_refuse_bad_input_leaving_nothing(
+    case, tmp_path, exportable_run, read_only_below, capsys
+):
+    make, needle = HF_CASES[case]
+    argv = make(tmp_path, exportable_run, read_only_below)
+    before = _tree(tmp_path)
+    capsys.readouterr()
+    err = _refused(capsys, argv, needle.format(t=tmp_path))
+    assert err.startswith("gpt: error: ") and len(err.splitlines()) == 1, err
+    assert _tree(tmp_path) == before

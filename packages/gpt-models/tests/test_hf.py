@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
+import stat
 from pathlib import Path
 
 import jax
@@ -21,8 +23,10 @@ import pytest
 
 from gpt_models import (
     PRESETS,
+    BPETokenizer,
     CheckpointFormatError,
     ModelConfig,
+    default_corpus,
     export_hf,
     forward,
     generate,
@@ -126,72 +130,6 @@ def test_gpt_import_and_export_commands(tmp_path, capsys):
     assert "exists already" in capsys.readouterr().err
 
 
-def _copy(name: str, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(DATA / name, tmp_path / "src"))
-
-
-def _edit_config(folder: Path, **changes) -> None:
-    raw = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**raw, **changes}))
-
-
-def _resave(folder: Path, edit) -> None:
-    from safetensors.numpy import load_file, save_file
-
-    tensors = load_file(str(folder / "model.safetensors"))
-    edit(tensors)
-    save_file(tensors, str(folder / "model.safetensors"))
-
-
-def _drop(t):
-    del t["transformer.h.1.mlp.c_fc.bias"]
-
-
-def _extra(t):
-    t["transformer.h.2.mlp.c_fc.bias"] = np.zeros(128, np.float32)
-
-
-def _truncate(folder: Path) -> None:
-    data = (folder / "model.safetensors").read_bytes()
-    (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
-
-
-BAD = {
-    "architecture": (lambda f: _edit_config(f, architectures=["BertForMaskedLM"]),
-                     "architecture 'BertForMaskedLM' cannot be imported; supported: "
-                     "GPT2LMHeadModel, LlamaForCausalLM"),
-    "missing": (lambda f: _resave(f, _drop),
-                "tensor 'transformer.h.1.mlp.c_fc.bias' is missing (1 missing in all)"),
-    "extra": (lambda f: _resave(f, _extra),
-              "tensor 'transformer.h.2.mlp.c_fc.bias' (1 unexpected in all) is not part of"),
-    "shape": (lambda f: _edit_config(f, n_positions=64),
-              "tensor 'transformer.wpe.weight' has shape (32, 32), which does not fit "
-              "config.json"),
-    "truncated": (_truncate, "is not a readable safetensors file"),
-    "no config": (lambda f: (f / "config.json").unlink(),
-                  "config.json does not exist. Expected a Hugging Face model folder with "
-                  "config.json and model.safetensors"),
-    "a run folder": (lambda f: ((f / "config.json").unlink(), (f / "config.toml").touch()),
-                     "is a run folder made by gpt train (config.toml), not a Hugging Face model "
-                     "folder (config.json). Use it as it is"),
-    "not a folder": (lambda f: shutil.rmtree(f),
-                     "is not a folder. Expected a Hugging Face model folder"),
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_folders_fail_clearly_and_write_nothing(case, tmp_path, capsys):
-    spoil, message = BAD[case]
-    folder = _copy("hf_gpt2", tmp_path)
-    spoil(folder)
-    with pytest.raises(CheckpointFormatError, match=None) as err:
-        import_hf(folder)
-    assert message in str(err.value)
-    assert main(["import", str(folder), "--name", "bad", "--out", str(tmp_path / "runs")]) == 2
-    assert message in capsys.readouterr().err
-    assert not (tmp_path / "runs" / "bad").exists()
-
-
 def test_export_refuses_a_model_without_hf_equivalent(tmp_path):
     tiny = PRESETS["tiny"].model
     cfg = dataclasses.replace(tiny, d_model=32, n_layers=1, n_heads=2, seq_len=8)
@@ -253,3 +191,53 @@ def test_init_from_refuses_an_architecture_change_and_a_larger_vocabulary(tmp_pa
     assert main(["train", "--init-from", str(small), "--out", str(tmp_path), "--name", "y"]) == 2
     assert "has 256 ids but train.init_from" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+# The flags that make `gpt train` train a GPT-2-shaped model small enough for a test.
+GPT2_TINY = [
+    "--set", "model.norm=layernorm", "--set", "model.pos=learned", "--set", "model.mlp=gelu",
+    "--set", "model.bias=true", "--set", "model.qk_norm=false", "--set", "model.seq_len=32",
+    "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=2",
+    "--set", "train.batch_size=8", "--set", "train.warmup_steps=1", "--set", "train.eval_batches=1",
+    "--set", "sample.max_new_tokens=4", "--set", "mesh.data=-1",
+]  # fmt: skip
+
+
+def test_export_modes_follow_the_umask(tmp_path):
+    cfg = dataclasses.replace(PRESETS["gpt2-small"].model, vocab_size=320, vocab_real=300,
+                              seq_len=32, d_model=32, n_layers=1, n_heads=2)  # fmt: skip
+    tok = BPETokenizer.train([default_corpus()[:20_000]], vocab_size=300)
+    old = os.umask(0o027)
+    try:
+        out = export_hf(cfg, init_params(cfg, jax.random.key(0)), tmp_path / "new" / "hf",
+                        tokenizer=tok)  # fmt: skip
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (out, out.parent, *out.iterdir())}
+    assert modes == {
+        "hf": 0o750, "new": 0o750, "config.json": 0o640, "model.safetensors": 0o640,
+        "generation_config.json": 0o640, "tokenizer.json": 0o640, "tokenizer_config.json": 0o640,
+    }  # fmt: skip
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(modes)  # no partial folder left
+
+
+def test_transformers_generate_stops_at_the_end_of_text(tmp_path, capsys):
+    """A byte-level run trained on a store of one short document learns to end it with NUL; the
+    export names NUL as eos, so transformers' generate stops right after the document's end."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"text": "the cat sat."}\n' * 400)
+    assert (
+        main(["prepare", str(docs), "--out", str(tmp_path / "store"), "--val-fraction", "0.1"]) == 0
+    )
+    args = ["train", "--out", str(tmp_path), "--name", "cat", *GPT2_TINY, "--set",
+            f"data.path={tmp_path / 'store'}", "--set", "train.steps=60", "--set", "train.lr=1e-2"]  # fmt: skip
+    assert main(args) == 0
+    assert main(["export", str(tmp_path / "cat"), str(tmp_path / "hf")]) == 0
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+    assert tok("héllo Ā").input_ids == list("héllo Ā".encode())  # the byte tokenizer's ids
+    prompt = tok("the cat", return_tensors="pt")
+    out = model.generate(**prompt, max_new_tokens=20, do_sample=False)[0].tolist()
+    assert out[prompt.input_ids.shape[1] :] == list(b" sat.\0")  # stopped at eos, not after 20

@@ -20,6 +20,7 @@ import pytest
 from gpt_models import (
     PRESETS,
     BPETokenizer,
+    ByteTokenizer,
     DataConfig,
     DataError,
     default_corpus,
@@ -151,3 +152,78 @@ def test_import_refuses_a_tokenizer_larger_than_the_model(tmp_path, capsys):
     assert main(["import", str(folder), "--name", "big", "--out", str(tmp_path / "runs")]) == 2
     assert "is not a tokenizers JSON file" in capsys.readouterr().err
     assert not (tmp_path / "runs" / "big").exists()
+
+
+def _store_bpe(tmp_path: Path) -> BPETokenizer:
+    """The BPE tokenizer gpt prepare trains: 300 ids learnt, <|endoftext|> added as id 300."""
+    (tmp_path / "in").mkdir()
+    for i in range(10):
+        (tmp_path / "in" / f"{i}.txt").write_text(default_corpus()[i * 3000 : (i + 1) * 3000])
+    prepare([tmp_path / "in"], tmp_path / "st", tokenizer="bpe", bpe_vocab_size=300)
+    return BPETokenizer.load(tmp_path / "st" / "tokenizer.json")
+
+
+# Each tokenizer the project trains or reads -> (bos, eos) ids and the token names
+# tokenizer_config.json gives them (None: not named).
+SPECIALS = {
+    "byte": (lambda t: ByteTokenizer(), 0, 0, None, None),
+    "bpe of gpt prepare": (_store_bpe, 300, 300, "<|endoftext|>", "<|endoftext|>"),
+    "bpe of gpt train": (lambda t: BPETokenizer.train([default_corpus()[:30_000]], vocab_size=300),
+                         None, None, None, None),
+    "Llama-like tokenizer.json": (
+        lambda t: _tokenizer_json(t / "l.json", 290, specials=("<s>", "</s>")), 0, 1, "<s>", "</s>"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", list(SPECIALS))
+def test_export_names_each_tokenizers_end_of_text(kind, tmp_path):
+    make, bos, eos, bos_name, eos_name = SPECIALS[kind]
+    tokenizer = make(tmp_path)
+    cfg = dataclasses.replace(PRESETS["gpt2-small"].model, vocab_size=320, vocab_real=301,
+                              seq_len=32, d_model=32, n_layers=1, n_heads=2)  # fmt: skip
+    out = export_hf(cfg, init_params(cfg, jax.random.key(0)), tmp_path / "hf", tokenizer=tokenizer)
+    read = {n: json.loads((out / n).read_text()) for n in ("config.json", "generation_config.json",
+                                                           "tokenizer_config.json")}  # fmt: skip
+    ids = {"bos_token_id": bos, "eos_token_id": eos, "pad_token_id": eos}
+    assert {k: read["config.json"][k] for k in ids} == ids  # written even when null
+    assert read["generation_config.json"] == ids
+    names = {"bos_token": bos_name, "eos_token": eos_name, "pad_token": eos_name}
+    assert read["tokenizer_config.json"] == {
+        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 32,
+        "clean_up_tokenization_spaces": False, **{k: v for k, v in names.items() if v},
+    }  # fmt: skip
+    text = tokenizer.read_text() if isinstance(tokenizer, Path) else tokenizer.to_json()
+    assert (out / "tokenizer.json").read_text() == text
+
+
+@pytest.mark.parametrize("kind", ["byte", "bpe", "tokenizer.json"])
+def test_export_then_import_gives_the_run_back_for_every_tokenizer(kind, tmp_path, capsys):
+    """A GPT-2-shaped run trained with each tokenizer: its export imports as the same model, with
+    the same tokenizer (a 300-id BPE was refused: "tokenizer.json has 301 ids, vocab 300")."""
+    tokenizer = {"byte": "byte", "bpe": "bpe",
+                 "tokenizer.json": str(_tokenizer_json(tmp_path / "t.json", 300))}[kind]  # fmt: skip
+    args = ["train", "--out", str(tmp_path), "--name", "run", "--set", "train.steps=2",
+            "--set", f"data.tokenizer={tokenizer}", "--set", "data.bpe_vocab_size=300",
+            "--set", "model.norm=layernorm", "--set", "model.pos=learned", "--set",
+            "model.mlp=gelu", "--set", "model.bias=true", "--set", "model.qk_norm=false",
+            "--set", "model.seq_len=32", "--set", "model.d_model=32", "--set", "model.n_layers=1",
+            "--set", "model.n_heads=2", "--set", "train.batch_size=8", "--set",
+            "train.eval_batches=1", "--set", "sample.max_new_tokens=4"]  # fmt: skip
+    assert main(args) == 0
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "hf")]) == 0
+    assert main(["import", str(tmp_path / "hf"), "--name", "back", "--out", str(tmp_path)]) == 0
+    cfg, params, _ = load_run(tmp_path / "run")
+    back_cfg, back, step = load_run(tmp_path / "back")
+    assert step == 0 and (back_cfg.model.vocab_size, back_cfg.model.vocab_real) == (
+        cfg.model.vocab_size, cfg.model.vocab_real)  # fmt: skip
+    real = cfg.model.real_vocab  # the padded rows (never used) are not exported: zeros back
+    assert all(np.array_equal(back[k].value[:real], params[k].value[:real]) for k in params)
+    if kind == "byte":
+        assert (
+            back_cfg.data.tokenizer == "byte"
+            and not (tmp_path / "back" / "tokenizer.json").exists()
+        )
+    else:
+        original = BPETokenizer.load(tmp_path / "run" / "tokenizer.json").to_json()
+        assert BPETokenizer.load(tmp_path / "back" / "tokenizer.json").to_json() == original
+        assert back_cfg.data.tokenizer == str((tmp_path / "back" / "tokenizer.json").absolute())

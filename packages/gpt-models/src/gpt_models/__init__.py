@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ._data.prepare import prepare as prepare
     from ._distributed.mesh import RULES as RULES
     from ._distributed.mesh import make_mesh as make_mesh
+    from ._errors import CheckpointFormatError as CheckpointFormatError
     from ._errors import ConfigError as ConfigError
     from ._errors import DataError as DataError
     from ._errors import DiskFullError as DiskFullError
@@ -58,9 +59,8 @@ if TYPE_CHECKING:
     from ._runs.checkpoint import Checkpointer as Checkpointer
     from ._runs.checkpoint import CheckpointWarning as CheckpointWarning
     from ._runs.folders import load_run as load_run
-    from ._runs.hf import CheckpointFormatError as CheckpointFormatError
-    from ._runs.hf import export_hf as export_hf
-    from ._runs.hf import import_hf as import_hf
+    from ._runs.hf_export import export_hf as export_hf
+    from ._runs.hf_import import import_hf as import_hf
     from ._runs.lock import RunInUseError as RunInUseError
     from ._training.host_memory import await_scratch as await_scratch
     from ._training.host_memory import keep_host_memory as keep_host_memory

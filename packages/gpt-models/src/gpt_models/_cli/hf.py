@@ -1,8 +1,11 @@
-"""``gpt import DIR --name NAME`` and ``gpt export RUN OUT_DIR``: Hugging Face folders (``_runs/hf*.py``)."""
+"""``gpt import DIR --name NAME`` and ``gpt export RUN OUT_DIR``: Hugging Face folders in and out
+(``_runs/hf_import.py``, ``_runs/hf_export.py``)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 _DTYPE_HELP = "float32 (default) or bfloat16"
@@ -22,9 +25,10 @@ def import_parser(p: argparse.ArgumentParser) -> None:
 def export_parser(p: argparse.ArgumentParser) -> None:
     """The flags of ``gpt export``."""
     p.add_argument("run", metavar="RUN", help="a run folder (its newest checkpoint is exported)")
-    p.add_argument(
-        "out", metavar="OUT_DIR", help="the Hugging Face folder to write (must not exist)"
-    )
+    p.add_argument("out", metavar="OUT_DIR",
+                   help="the Hugging Face folder to write (must not exist): config.json, "
+                        "model.safetensors, the run's tokenizer with tokenizer_config.json, and "
+                        "generation_config.json")  # fmt: skip
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help=f"dtype of the written tensors: {_DTYPE_HELP}")  # fmt: skip
 
@@ -32,7 +36,7 @@ def export_parser(p: argparse.ArgumentParser) -> None:
 def import_command(args: argparse.Namespace) -> int:
     """``gpt import``: a run folder at step 0 from a Hugging Face folder."""
     from .._runs.folders import check_run_name
-    from .._runs.hf_run import import_run
+    from .._runs.hf_import import import_run
     from .empty_values import refuse_empty
 
     refuse_empty(
@@ -45,22 +49,33 @@ def import_command(args: argparse.Namespace) -> int:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    """``gpt export``: a run's newest checkpoint as a Hugging Face folder."""
+    """``gpt export``: a run's newest checkpoint, with its tokenizer, as a Hugging Face folder."""
+    from .._data.run_tokenizer import run_tokenizer
     from .._runs.folders import check_run_folder, load_run
-    from .._runs.hf import export_hf
+    from .._runs.hf_export import export_hf
     from .empty_values import refuse_empty
 
     example = "gpt export runs/<name> hf/<name>"
     refuse_empty("gpt export", [("RUN", args.run, example), ("OUT_DIR", args.out, example)])
     run = check_run_folder(args.run, flag="RUN")
     cfg, params, step = load_run(run)
-    tokenizer = run / "tokenizer.json"  # a BPE or imported run's tokenizer goes along
-    out = export_hf(
-        cfg,
-        params,
-        args.out,
-        dtype=args.dtype,
-        tokenizer=tokenizer if tokenizer.is_file() else None,
-    )
+    tok = run_tokenizer(run, cfg)
+    fits = tok.vocab_size <= cfg.model.real_vocab  # not: imported weights without a tokenizer
+    out = export_hf(cfg, params, args.out, dtype=args.dtype, tokenizer=tok if fits else None)
     print(f"exported {run} (step {step}) to {out}")
+    if not fits:
+        print(
+            f"note: {run} has no tokenizer of its own (its model has {cfg.model.real_vocab} ids, "
+            f"the byte tokenizer {tok.vocab_size}), so the export holds the weights alone; add "
+            "the model's tokenizer.json to it.",
+            file=sys.stderr,
+        )
+    elif json.loads((out / "config.json").read_text(encoding="utf-8"))["eos_token_id"] is None:
+        print(
+            f"note: the run's tokenizer has no end-of-text token (a BPE that gpt train learnt "
+            f"from text; its documents were never separated), so {out} names no eos_token_id "
+            "and transformers' generate runs to max_new_tokens. A run trained on a gpt prepare "
+            "store has one.",
+            file=sys.stderr,
+        )
     return 0

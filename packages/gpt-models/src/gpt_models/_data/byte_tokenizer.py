@@ -23,6 +23,9 @@ class ByteTokenizer:
     """
 
     vocab_size: int = 256
+    # NUL ends a document: gpt prepare writes it after each one, and an export names it as the
+    # end-of-text (eos) token, so a model trained on a token store stops where its documents did.
+    eot_id: int = 0
 
     def encode(self, text: str) -> np.ndarray:
         """``text`` as a 1-D ``int32`` array of UTF-8 byte values."""
@@ -38,6 +41,23 @@ class ByteTokenizer:
                 "come from a model with model.vocab_size > 256 (a .bin dataset with its own tokenizer)."
             )
         return arr.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+
+    def to_json(self) -> str:
+        """This tokenizer as a `tokenizers` JSON file (what ``gpt export`` writes as tokenizer.json).
+
+        A byte-level BPE without merges: id ``b`` is byte ``b``, so transformers' tokenizer gives
+        the ids this one does. Byte-level BPE spells each byte as one character (the printable
+        Latin-1 bytes as themselves, the 68 others from U+0100 on, in byte order).
+        """
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+        printable = {*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)}
+        others = iter(range(0x100, 0x200))
+        chars = [chr(b) if b in printable else chr(next(others)) for b in range(256)]
+        tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(chars)}, merges=[]))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        return str(tok.to_str(pretty=False))
 
     def __repr__(self) -> str:
         return "ByteTokenizer(vocab_size=256)"

@@ -1,6 +1,7 @@
 """The GPT itself: the blox modules, params, loss and FLOPs (``gpt.py``); sampling and generation
 with or without a KV cache (``generate.py``); which attention cores this backend can run
-(``attention.py``).
+(``attention.py``); the Hugging Face families in its terms, config.json and tensors (``hf_layout.py``
+for what they share, ``hf_gpt2.py``, ``hf_llama.py``).
 
 Layer 3 of gpt_models. May import: ``.._errors``, ``.._config``, ``.._data``, ``.._distributed``.
 """

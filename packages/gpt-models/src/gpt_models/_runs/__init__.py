@@ -2,8 +2,9 @@
 (``resolve.py``), naming, recognising and loading them (``folders.py``), orbax checkpoints
 (``checkpoint.py``) read through stable snapshots (``snapshot.py``) and checked by digests
 (``digest.py``), the run lock (``lock.py``), the run's error log (``runlog.py``), recognising a full
-disk (``diskfull.py``), and Hugging Face folders in and out (``hf.py``, their tensor maps in
-``hf_maps.py``, the imported run folder in ``hf_run.py``).
+disk (``diskfull.py``), and Hugging Face folders: checked whole where they enter (``hf_folder.py``),
+read as params or as ``gpt import``'s run (``hf_import.py``), written (``hf_export.py``); the
+families' mappings live beside the model, in ``_model/hf_*.py``.
 
 Layer 4 of gpt_models. May import: ``.._errors``, ``.._config``, ``.._data``, ``.._distributed``,
 ``.._model``.

@@ -6,9 +6,12 @@ A run folder ``<out>/<name>/`` holds ``config.toml`` (the resolved config), ``ch
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +130,60 @@ def _run_hint(run: Path) -> str:
     if not runs:
         return ""
     return f" (run folders in {parent}: {list_alternatives(runs, limit=10)})"
+
+
+def check_new_path(path: Path, *, what: str, fix: str) -> None:
+    """Refuse ``path`` as a folder for a command to create: it exists (a file, a folder, a link,
+    even one pointing nowhere), or a parent is a file. ``what`` names the flag, ``fix`` ends the
+    message. Checked before anything is written."""
+    if path.is_symlink():
+        target = os.readlink(path)
+        dangling = "" if path.exists() else ", which does not exist"
+        raise UsageError(
+            f"{what} {path} is a symbolic link (to {target}{dangling}); a new folder is never "
+            f"made through a link, since it would land wherever the link points. {fix}"
+        )
+    if path.exists():
+        kind = "a folder" if path.is_dir() else "a file"
+        raise UsageError(f"{what} {path} exists already ({kind}); this writes a new folder. {fix}")
+    for parent in path.parents:
+        if os.path.lexists(parent):
+            if not parent.is_dir():
+                raise UsageError(
+                    f"{what} {path}: {parent} is a file, not a folder, so nothing can be written "
+                    f"below it. {fix}"
+                )
+            return
+
+
+@contextlib.contextmanager
+def new_folder(path: Path, *, what: str, fix: str, shown: Path | None = None) -> Iterator[Path]:
+    """Make the folder ``path`` (and missing parents) for the block to fill; if the block fails,
+    remove every folder made here, so a refused or failed command leaves nothing behind.
+
+    Folders get their mode from the umask (``os.mkdir``). A write that fails with an ``OSError``
+    (a read-only file system, no permission, a full disk) becomes one ``UsageError`` naming
+    ``shown`` (default ``path``: a folder renamed into place later names its final path).
+    """
+    check_new_path(path, what=what, fix=fix)
+    made: list[Path] = []
+    try:
+        for folder in (*reversed(path.parents), path):
+            if not os.path.lexists(folder):
+                os.mkdir(folder)
+                made.append(folder)
+        yield path
+    except BaseException as err:
+        for folder in reversed(made):
+            shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(err, OSError):
+            inside = err.filename and Path(err.filename).is_relative_to(path)
+            where = f": {err.filename}" if err.filename and not inside else ""
+            raise UsageError(
+                f"{what} {shown or path}: writing failed ({err.strerror or err}{where}); nothing was left "
+                f"behind. {fix}"
+            ) from err
+        raise
 
 
 def write_text(path: Path, text: str) -> None:

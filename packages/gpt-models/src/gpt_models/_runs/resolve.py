@@ -153,7 +153,7 @@ def _read_source(folder: str, config_name: str, mtime_ns: int, size: int) -> Ini
         model = load_config(str(path / "config.toml")).model
         kind = "run"
     else:
-        from .hf import read_hf_config
+        from .hf_import import read_hf_config
 
         model = read_hf_config(path)[1].model
         kind = "hf"

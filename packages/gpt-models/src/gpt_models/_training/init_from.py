@@ -14,7 +14,7 @@ from jax.sharding import Mesh
 
 from .._config.schema import Config
 from .._runs.folders import load_run
-from .._runs.hf import import_hf
+from .._runs.hf_import import import_hf
 from .._runs.resolve import init_source
 from .step import TrainState, _replicated, abstract_state, state_shardings
 
