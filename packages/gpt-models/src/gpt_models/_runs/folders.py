@@ -157,13 +157,16 @@ def check_new_path(path: Path, *, what: str, fix: str) -> None:
 
 
 @contextlib.contextmanager
-def new_folder(path: Path, *, what: str, fix: str, shown: Path | None = None) -> Iterator[Path]:
+def new_folder(
+    path: Path, *, what: str, fix: str, write_fix: str, shown: Path | None = None
+) -> Iterator[Path]:
     """Make the folder ``path`` (and missing parents) for the block to fill; if the block fails,
     remove every folder made here, so a refused or failed command leaves nothing behind.
 
     Folders get their mode from the umask (``os.mkdir``). A write that fails with an ``OSError``
     (a read-only file system, no permission, a full disk) becomes one ``UsageError`` naming
-    ``shown`` (default ``path``: a folder renamed into place later names its final path).
+    ``shown`` (default ``path``: a folder renamed into place later names its final path) and
+    ending with ``write_fix``.
     """
     check_new_path(path, what=what, fix=fix)
     made: list[Path] = []
@@ -181,7 +184,7 @@ def new_folder(path: Path, *, what: str, fix: str, shown: Path | None = None) ->
             where = f": {err.filename}" if err.filename and not inside else ""
             raise UsageError(
                 f"{what} {shown or path}: writing failed ({err.strerror or err}{where}); nothing was left "
-                f"behind. {fix}"
+                f"behind. {write_fix}"
             ) from err
         raise
 

@@ -40,6 +40,7 @@ from .hf_folder import check_dtype, parse_tokenizer
 
 BEGIN_OF_TEXT = ("<|begin_of_text|>", "<s>", "<bos>")
 _FIX = "Pass a new folder path, e.g. gpt export RUN exported/NAME."
+_WRITE_FIX = "Pass an OUT_DIR on a writable file system with space to spare."
 
 
 def export_hf(
@@ -76,7 +77,7 @@ def export_hf(
     files = {"config.json": hf_config, "generation_config.json": special, **files}
     tensors = _hf_tensors(layout, m, params, dtype)
     partial = target.parent / f".{target.name}.{os.getpid()}-{secrets.token_hex(3)}.partial"
-    with new_folder(partial, what="OUT_DIR", fix=_FIX, shown=target):
+    with new_folder(partial, what="OUT_DIR", fix=_FIX, write_fix=_WRITE_FIX, shown=target):
         save_file(tensors, str(partial / "model.safetensors"), metadata={"format": "pt"})
         # safetensors creates its file 0600; a file made by open() here gets 0666 less the
         # umask, which the folder's mode (0777 less the umask) shows without touching the umask.

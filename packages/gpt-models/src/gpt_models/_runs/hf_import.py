@@ -33,6 +33,7 @@ from .folders import check_new_path, new_folder
 from .hf_folder import HFFolder, Tensor, check_dtype, check_hf_folder, numpy_dtype, open_regular
 
 _FIX = "Choose another --name or --out, or delete the old folder first."
+_WRITE_FIX = "Choose an --out folder on a writable file system with space to spare."
 
 
 def read_hf_config(path: str | Path, *, dtype: str = "float32") -> tuple[str, Config]:
@@ -147,7 +148,7 @@ def import_run(source: str | Path, run_dir: str | Path, *, dtype: str = "float32
     if tokenizer is not None:
         kind = "byte" if tokenizer == "byte" else str((run / TOKENIZER_FILE).absolute())
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer=kind))
-    with new_folder(run, what="--out/--name", fix=_FIX):
+    with new_folder(run, what="--out/--name", fix=_FIX, write_fix=_WRITE_FIX):
         if tokenizer not in (None, "byte"):
             shutil.copyfile(folder / TOKENIZER_FILE, run / TOKENIZER_FILE)
         header = f"# Imported from the Hugging Face folder {folder.resolve()}\n"
