@@ -155,7 +155,7 @@ def test_import_refuses_a_tokenizer_larger_than_the_model(tmp_path, capsys):
 
 
 def _store_bpe(tmp_path: Path) -> BPETokenizer:
-    """The BPE tokenizer gpt prepare trains: 300 ids learnt, <|endoftext|> added as id 300."""
+    """The BPE tokenizer gpt prepare trains: 300 ids, the last (299) <|endoftext|>."""
     (tmp_path / "in").mkdir()
     for i in range(10):
         (tmp_path / "in" / f"{i}.txt").write_text(default_corpus()[i * 3000 : (i + 1) * 3000])
@@ -167,9 +167,9 @@ def _store_bpe(tmp_path: Path) -> BPETokenizer:
 # tokenizer_config.json gives them (None: not named).
 SPECIALS = {
     "byte": (lambda t: ByteTokenizer(), 0, 0, None, None),
-    "bpe of gpt prepare": (_store_bpe, 300, 300, "<|endoftext|>", "<|endoftext|>"),
+    "bpe of gpt prepare": (_store_bpe, 299, 299, "<|endoftext|>", "<|endoftext|>"),
     "bpe of gpt train": (lambda t: BPETokenizer.train([default_corpus()[:30_000]], vocab_size=300),
-                         None, None, None, None),
+                         299, 299, "<|endoftext|>", "<|endoftext|>"),
     "Llama-like tokenizer.json": (
         lambda t: _tokenizer_json(t / "l.json", 290, specials=("<s>", "</s>")), 0, 1, "<s>", "</s>"),
 }  # fmt: skip

@@ -119,3 +119,15 @@ def test_init_from_uses_the_finetune_schedule_says_it_and_logs_a_baseline(tmp_pa
     assert main(["eval", "--run", str(tmp_path / "src"), "--set", "train.eval_batches=1"]) == 0
     source_loss = float(capsys.readouterr().out.split()[1])
     assert baseline.val_loss.iloc[0] == pytest.approx(source_loss, rel=1e-5)
+
+
+def test_init_from_a_run_with_a_trained_bpe_keeps_its_ids(tmp_path, capsys, small_args):
+    # The trained tokenizer ends in <|endoftext|> and counts it, so the run's tokenizer.json, read
+    # back as data.tokenizer, has the ids the source model has (it was one more: 301 for 300).
+    bpe = ["--set", "data.tokenizer=bpe", "--set", "data.bpe_vocab_size=300"]
+    assert main(["train", "--out", str(tmp_path), "--name", "src", *small_args, *bpe]) == 0
+    ft = ["train", "--init-from", str(tmp_path / "src"), "--out", str(tmp_path), "--name", "ft"]
+    assert main([*ft, *FINETUNE]) == 0, capsys.readouterr().err
+    cfg = load_config(str(tmp_path / "ft" / "config.toml"))
+    assert cfg.data.tokenizer == str(tmp_path / "src" / "tokenizer.json")
+    assert (cfg.model.vocab_size, cfg.model.vocab_real) == (320, 300)

@@ -104,7 +104,12 @@ class BPETokenizer:
 
     @classmethod
     def train(cls, texts: Iterable[str], *, vocab_size: int) -> BPETokenizer:
-        """Learn up to ``vocab_size - 256`` merges from ``texts`` (fewer if the text runs out of pairs).
+        """Learn up to ``vocab_size - 257`` merges from ``texts`` (fewer if the text runs out of
+        pairs); the last id is ``<|endoftext|>``, so ``vocab_size`` counts it.
+
+        The end-of-text token is part of every tokenizer this project makes: it ends the documents
+        of a token store, and it is what an exported model stops generating at. Read back from
+        a run folder or passed as ``data.tokenizer``, the file then gives the same ids.
 
         Raises:
             ValueError: ``vocab_size`` outside ``[257, 65536]``.
@@ -120,17 +125,19 @@ class BPETokenizer:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size,
+            vocab_size=vocab_size - 1,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             special_tokens=[],
             show_progress=False,
         )
         tok.train_from_iterator(texts, trainer)
+        tok.add_special_tokens([END_OF_TEXT[0]])
         return cls(tok)
 
     @property
     def eot_id(self) -> int | None:
-        """The end-of-text id (see :data:`END_OF_TEXT`); None for a tokenizer trained here."""
+        """The end-of-text id (see :data:`END_OF_TEXT`); None for a file that has none (a
+        tokenizer trained by an older version)."""
         return end_of_text_id(self._tok)
 
     @classmethod
