@@ -64,14 +64,14 @@ def test_import_prepare_finetune_eval_export_from_another_directory(tmp_path):
 
     run = "../home/runs/ft"
     val = gpt("eval", "--run", run, cwd=elsewhere)
-    assert re.search(rf"val_loss \d+\.\d+ nats/byte on the validation split of {home / 'store'}", val)
+    assert re.search(
+        rf"val_loss \d+\.\d+ nats/byte on the validation split of {home / 'store'}", val
+    )
     text = gpt("eval", "--run", run, "--text", "@val", cwd=elsewhere)
     assert f"text: the validation split of {home / 'store'}:" in text and "bits_per_byte" in text
     task = home / "task.jsonl"
-    task.write_text(
-        "\n".join(json.dumps({"context": "the cat sat on the", "choices": [" mat", " sky"],
-                              "label": 0}) for _ in range(4)) + "\n"  # fmt: skip
-    )
+    item = {"context": "the cat sat on the", "choices": [" mat", " sky"], "label": 0}
+    task.write_text("\n".join(json.dumps(item) for _ in range(4)) + "\n")
     scores = gpt("eval", "--run", run, "--task", "../home/task.jsonl", cwd=elsewhere)
     assert re.search(r"task\s+format\s+examples\s+acc", scores)
     gpt("export", run, "out", cwd=elsewhere)
@@ -80,7 +80,10 @@ def test_import_prepare_finetune_eval_export_from_another_directory(tmp_path):
         "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
         "generation_config.json",
     }  # fmt: skip
-    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None:
+    if (
+        importlib.util.find_spec("transformers") is None
+        or importlib.util.find_spec("torch") is None
+    ):
         return  # the interop extra is absent: the files above are what can be checked
     import jax.numpy as jnp
     import torch
