@@ -2,7 +2,7 @@
 batches (``corpus.py``), nanoGPT ``.bin`` files and their sidecars (``token_files.py``), and the
 tokenizer a run folder uses (``run_tokenizer.py``); ``gpt prepare``: documents read from text,
 JSONL and parquet files (``sources.py``) tokenized resumably (``prepare.py``) into a token store
-(``store.py``).
+(``store.py``) described by its checked manifest (``manifest.py``).
 
-Layer 2 of gpt_models. May import: ``.._errors``, ``.._config``.
+Layer 2 of gpt_models. May import: ``.._errors``, ``.._console``, ``.._config``.
 """
