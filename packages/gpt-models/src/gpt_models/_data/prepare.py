@@ -26,15 +26,9 @@ from typing import Any, TextIO
 import numpy as np
 
 from .._errors import DataError
-from .bpe import (
-    END_OF_TEXT,
-    MAX_VOCAB,
-    MIN_VOCAB,
-    BPETokenizer,
-    end_of_text_id,
-    read_tokenizer_json,
-)
+from .bpe import MAX_VOCAB, MIN_VOCAB
 from .chunks import Meter, chunks, threaded
+from .encoder import Encoder, make_encoder
 from .manifest import FORMAT, MANIFEST, SPLITS, VERSION, id_dtype
 from .out_folder import STATE, TOKENIZER_JSON, claim, discard
 from .sources import SourceFile, check_extras, find_sources, read_documents, skipped_note
@@ -43,7 +37,6 @@ from .store import (
     check_shards,
     file_sha256,
     read_manifest,
-    write_atomic,
     write_json_atomic,
 )
 from .val_split import SPLIT_RULE, empty_val_fix, remember, split_key, split_of
@@ -67,35 +60,6 @@ class PrepareResult:
     @property
     def tokens(self) -> dict[str, int]:
         return {s: sum(r["tokens"] for r in self.manifest["shards"][s]) for s in SPLITS}
-
-
-class _Encoder:
-    """The tokenizer as prepare uses it: batch encode, its end-of-text id, its JSON (if BPE)."""
-
-    def __init__(self, kind: str, tok: Any = None) -> None:
-        self.kind, self.tok = kind, tok
-        if tok is None:
-            self.vocab_size, self.eot_id, self.json = 256, 0, None
-        else:
-            eot = end_of_text_id(tok)
-            if eot is None:  # a BPE trained here has no special tokens
-                tok.add_special_tokens([END_OF_TEXT[0]])
-                eot = tok.token_to_id(END_OF_TEXT[0])
-            self.vocab_size, self.eot_id = tok.get_vocab_size(), int(eot)
-            self.json = tok.to_str(pretty=False)
-
-    def sha256(self) -> str:
-        import hashlib
-
-        return hashlib.sha256((self.json or "byte").encode()).hexdigest()
-
-    def encode(self, texts: list[str]) -> list[np.ndarray]:
-        if self.tok is None:
-            return [np.frombuffer(t.encode("utf-8", errors="replace"), np.uint8) for t in texts]
-        # encode_batch_fast (no character offsets) is tokenizers >= 0.20; the floor has encode_batch.
-        encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)
-        encs = encode(texts, add_special_tokens=False)
-        return [np.array(e.ids, np.uint32) for e in encs]
 
 
 def prepare(
@@ -233,38 +197,6 @@ def _load_state(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
     return dict(state)
 
 
-def _make_encoder(
-    tokenizer: str, out: Path, sources: list[SourceFile], state: dict[str, Any], vocab: int
-) -> _Encoder:
-    """The tokenizer of this store: the one an interrupted run saved, or made (and saved) now."""
-    if tokenizer == "byte":
-        return _Encoder("byte")
-    from tokenizers import Tokenizer
-
-    saved, recorded = out / TOKENIZER_JSON, state.get("tokenizer_sha256")
-    # Stores begun before the hash was recorded have progress and no record: their file is theirs.
-    if recorded is not None or (saved.is_file() and state["writers"]):
-        if not saved.is_file() or (recorded is not None and file_sha256(saved) != recorded):
-            raise DataError(
-                f"{saved} is missing or is not the tokenizer this unfinished gpt prepare made "
-                "(its sha256 differs from the one recorded in "
-                f"{STATE}): the shards written so far would not match it. Delete {out} and "
-                "start over."
-            )
-        return _Encoder("bpe", Tokenizer.from_str(saved.read_text(encoding="utf-8")))
-    if tokenizer == "bpe":
-        sample = _sample(sources, state["settings"]["text_field"])
-        tok = BPETokenizer.train(sample, vocab_size=vocab)._tok
-    else:
-        tok = read_tokenizer_json(tokenizer, what="--tokenizer")  # the loader gpt train uses
-    enc = _Encoder("bpe", tok)
-    assert enc.json is not None
-    write_atomic(saved, enc.json.encode())
-    state["tokenizer_sha256"] = file_sha256(saved)
-    write_json_atomic(out / STATE, state)  # recorded before any shard is made with it
-    return enc
-
-
 def _sample(sources: list[SourceFile], text_field: str) -> Iterator[str]:
     seen = 0
     for doc in itertools.chain.from_iterable(
@@ -313,9 +245,13 @@ def _run(
 
 
 def _open(out: Path, sources: list[SourceFile], state: dict[str, Any], tokenizer: str,
-          bpe_vocab: int, progress: TextIO | None) -> tuple[_Encoder, dict[str, ShardWriter]]:  # fmt: skip
+          bpe_vocab: int, progress: TextIO | None) -> tuple[Encoder, dict[str, ShardWriter]]:  # fmt: skip
     """The encoder and the open shard writers (an interrupted run's, verified and cut back)."""
-    enc = _make_encoder(tokenizer, out, sources, state, bpe_vocab)
+    sample = _sample(sources, state["settings"]["text_field"])
+    enc, written = make_encoder(tokenizer, out, state, sample, bpe_vocab)
+    if written is not None:
+        state["tokenizer_sha256"] = written
+        write_json_atomic(out / STATE, state)  # recorded before any shard is made with it
     dtype, shard_tokens = id_dtype(enc.vocab_size), state["settings"]["shard_tokens"]
     writers = {s: ShardWriter(out, s, dtype, shard_tokens, state["writers"].get(s, {}))
                for s in SPLITS}  # fmt: skip
@@ -330,7 +266,7 @@ def _open(out: Path, sources: list[SourceFile], state: dict[str, Any], tokenizer
     return enc, writers
 
 
-def _write(out: Path, sources: list[SourceFile], state: dict[str, Any], enc: _Encoder,
+def _write(out: Path, sources: list[SourceFile], state: dict[str, Any], enc: Encoder,
            writers: dict[str, ShardWriter], progress: TextIO | None) -> None:  # fmt: skip
     settings = state["settings"]
     text_field, val_fraction = settings["text_field"], settings["val_fraction"]
@@ -406,7 +342,7 @@ def _manifest(
     sources: list[SourceFile],
     stats: list[dict[str, int]],
     shards: dict[str, list[dict[str, Any]]],
-    enc: _Encoder,
+    enc: Encoder,
     dtype: np.dtype[Any],
 ) -> dict[str, Any]:
     stats = stats + [{"documents": 0, "undecodable": 0, "val_documents": 0}] * (
