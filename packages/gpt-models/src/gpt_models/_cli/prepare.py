@@ -81,7 +81,7 @@ def prepare_command(args: argparse.Namespace) -> int:
         fix = result.val_fix or "a --val-fraction above 0"
         print(
             f"gpt: warning: {args.out} has no validation split (--val-fraction 0), and gpt train "
-            f"needs one. To train on this corpus, prepare it again into a new --out with: {fix}.",
+            f"needs one. Fix (prepare again, into a new --out): {fix}.",
             file=sys.stderr,
         )
         return 0
