@@ -6,6 +6,7 @@ in integration_tests/test_faults.py.
 """
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -627,3 +628,222 @@ def test_hf_folders_in_and_out_refuse_bad_input_leaving_nothing(
     err = _refused(capsys, argv, needle.format(t=tmp_path))
     assert err.startswith("gpt: error: ") and len(err.splitlines()) == 1, err
     assert _tree(tmp_path) == before
+
+
+# --- gpt prepare: never overwrites, never reads a damaged file as text, leaves nothing on refusal --
+
+
+def _texts(path: Path, n: int) -> Path:
+    path.write_text("".join(f'{{"text": "document {i}: lorem ipsum dolor"}}\n' for i in range(n)))
+    return path
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+def test_prepare_refuses_a_folder_holding_the_users_own_shard(tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "train-00000.bin").write_bytes(b"mine")
+    _refused(
+        capsys,
+        ["prepare", str(_texts(tmp_path / "a.jsonl", 50)), "--out", str(tmp_path / "out")],
+        f"--out {tmp_path / 'out'} already holds files gpt prepare did not write ('train-00000.bin')",
+        "only into a new or empty folder, or into its own unfinished output",
+    )
+    assert _files(tmp_path / "out") == ["train-00000.bin"]
+    assert (tmp_path / "out" / "train-00000.bin").read_bytes() == b"mine"
+
+
+def test_prepare_bpe_never_takes_a_tokenizer_json_it_did_not_write(tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "tokenizer.json").write_text('{"not": "ours"}')
+    src = _texts(tmp_path / "a.jsonl", 50)
+    argv = ["prepare", str(src), "--out", str(tmp_path / "out"), "--tokenizer", "bpe",
+            "--bpe-vocab-size", "300"]  # fmt: skip
+    _refused(capsys, argv, "already holds files gpt prepare did not write ('tokenizer.json')")
+    assert _files(tmp_path / "out") == ["tokenizer.json"]
+    assert (tmp_path / "out" / "tokenizer.json").read_text() == '{"not": "ours"}'
+
+
+def test_prepare_of_a_truncated_gzip_names_it_and_leaves_nothing(tmp_path, capsys):
+    import gzip
+
+    data = gzip.compress(_texts(tmp_path / "whole.jsonl", 3000).read_bytes())
+    (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])
+    argv = ["prepare", str(tmp_path / "cut.jsonl.gz"), "--out", str(tmp_path / "out")]
+    err = _refused(capsys, argv, f"{tmp_path / 'cut.jsonl.gz'} ends early: it was cut short",
+                   "EOFError", "fetch it again, or leave it out")  # fmt: skip
+    assert err.count("gpt: error:") == 1 and not (tmp_path / "out").exists()
+
+
+def test_prepare_of_random_bytes_named_parquet_names_it_and_leaves_nothing(tmp_path, capsys):
+    pytest.importorskip("pyarrow", reason="the gpt-models[parquet] extra")
+    (tmp_path / "r.parquet").write_bytes(bytes(range(256)) * 16)
+    argv = ["prepare", str(tmp_path / "r.parquet"), "--out", str(tmp_path / "out")]
+    _refused(capsys, argv, f"{tmp_path / 'r.parquet'} is damaged (ArrowInvalid: Parquet magic")
+    assert not (tmp_path / "out").exists()
+
+
+def test_prepare_refused_in_an_empty_folder_leaves_it_as_it_was(tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / ".keep").write_text("")  # hidden files are not in the way
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"text": "one"}\n{"text": "two"}\n{"oops": 3}\n')
+    _refused(capsys, ["prepare", str(src), "--out", str(tmp_path / "out")],
+             "a.jsonl:3 has no string field 'text'")  # fmt: skip
+    assert _files(tmp_path / "out") == [".keep"]
+
+
+def test_prepare_refuses_an_empty_validation_split_with_a_fraction_that_works(tmp_path, capsys):
+    src = _texts(tmp_path / "a.jsonl", 12)
+    err = _refused(
+        capsys,
+        ["prepare", str(src), "--out", str(tmp_path / "out")],
+        "--val-fraction 0.01 leaves the validation split empty: all 12 documents went to the "
+        "train split",
+        "Nothing was written",
+    )
+    assert not (tmp_path / "out").exists()
+    fraction = err.split("Fix: --val-fraction ")[1].split()[0]
+    assert (
+        main(["prepare", str(src), "--out", str(tmp_path / "out"), "--val-fraction", fraction]) == 0
+    )
+    out = capsys.readouterr().out
+    assert " / 1 val documents" in out and "Train on it: gpt train" in out  # the fix works
+
+
+def test_prepare_of_one_text_file_says_how_to_train_on_it(tmp_path, capsys):
+    (tmp_path / "book.txt").write_text("a small corpus of one file. " * 40)
+    _refused(
+        capsys,
+        ["prepare", str(tmp_path / "book.txt"), "--out", str(tmp_path / "out")],
+        "the one document went to the train split",
+        f"train on the text itself, gpt train --set data.path={tmp_path / 'book.txt'}",
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_prepare_without_a_validation_split_warns_instead_of_saying_train_on_it(tmp_path, capsys):
+    src = _texts(tmp_path / "a.jsonl", 12)
+    argv = ["prepare", str(src), "--out", str(tmp_path / "out"), "--val-fraction", "0"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "12 train / 0 val documents" in out and "Train on it" not in out
+    assert f"gpt: warning: {tmp_path / 'out'} has no validation split (--val-fraction 0)" in err
+    fix = re.search(r"--val-fraction (0\.\d+) puts (\d+) of the 12 documents", err)
+    assert fix, err
+    argv = ["prepare", str(src), "--out", str(tmp_path / "out2"), "--val-fraction", fix[1]]
+    assert main(argv) == 0
+    assert f" / {fix[2]} val documents" in capsys.readouterr().out  # the fix it names works
+
+
+def test_prepare_lists_the_files_it_skips(tmp_path, capsys):
+    (tmp_path / "mixed").mkdir()
+    (tmp_path / "mixed" / "notes.txt").write_text("hello " * 200)
+    for name in ("a.py", "b.py", "c.py", "d.py", "e.py", "f.py"):
+        (tmp_path / "mixed" / name).write_text("print(1)\n")
+    argv = [
+        "prepare",
+        str(tmp_path / "mixed"),
+        "--out",
+        str(tmp_path / "out"),
+        "--val-fraction",
+        "0",
+    ]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert ("note: skipped 6 files (.py): mixed/a.py, mixed/b.py, mixed/c.py, mixed/d.py, "
+            "mixed/e.py and 1 more (not a kind gpt prepare reads)") in err  # fmt: skip
+    (tmp_path / "mixed" / "notes.txt").unlink()
+    _refused(capsys, ["prepare", str(tmp_path / "mixed"), "--out", str(tmp_path / "out2")],
+             "holds no file gpt prepare reads (skipped 6 files (.py): mixed/a.py")  # fmt: skip
+
+
+# --- token stores: the manifest is checked whole before training; a bad one leaves no run --------
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A byte-level store of 300 documents in 2,000-token shards, made once; tests copy it."""
+    folder = tmp_path_factory.mktemp("store")
+    src = _texts(folder / "a.jsonl", 300)
+    argv = ["prepare", str(src), "--out", str(folder / "st"), "--val-fraction", "0.2",
+            "--shard-tokens", "2000"]  # fmt: skip
+    assert main(argv) == 0
+    return folder / "st"
+
+
+def _edited_store(store: Path, tmp_path: Path, edit) -> Path:
+    import json
+
+    copy = tmp_path / "st"
+    shutil.copytree(store, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    edit(manifest)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+def _outside(manifest):
+    manifest["shards"]["train"][0]["file"] = "../outside.bin"
+
+
+@pytest.mark.parametrize(
+    ("edit", "needles"),
+    [
+        (_outside, ["shard train[0]: file = '../outside.bin' is not a plain file name inside "
+                    "the store folder"]),
+        (lambda m: m.pop("shards"), ['"shards" is missing']),
+        (lambda m: m.update(dtype="uint32"),
+         ["dtype = 'uint32', but the tokenizer's 256 ids are stored as uint16",
+          "shard train-00000.bin holds 2,000 tokens in 4,000 bytes, not the 4 bytes a token of "
+          "dtype uint32 (and"]),
+    ],
+    ids=["shard-outside-the-store", "no-shards", "dtype-uint16-edited-to-uint32"],
+)  # fmt: skip
+def test_training_on_an_edited_store_manifest_is_refused_and_leaves_no_run(
+    store, tmp_path, capsys, edit, needles
+):
+    edited = _edited_store(store, tmp_path, edit)
+    (tmp_path / "outside.bin").write_bytes(b"\x01\x00" * 2000)
+    argv = ["train", "--out", str(tmp_path / "runs"), "--name", "x", *TINY,
+            "--set", f"data.path={edited}"]  # fmt: skip
+    _refused(capsys, argv, f"{edited / 'manifest.json'} does not describe a store gpt prepare "
+             "wrote", *needles, "Prepare the store again")  # fmt: skip
+    assert not (tmp_path / "runs").exists()
+
+
+# --- gpt eval --task: results never share a file; undecodable task files are named -------------
+
+
+def test_eval_tasks_of_one_file_name_keep_both_results(finished_run, tmp_path, capsys):
+    import json
+
+    for folder, row in (("a", {"context": "The sky is", "choices": [" blue", " loud"], "label": 0}),
+                        ("b", {"context": "A cat", "target": " sat"})):  # fmt: skip
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "val.jsonl").write_text(json.dumps(row) + "\n")
+    a, b = str(tmp_path / "a" / "val.jsonl"), str(tmp_path / "b" / "val.jsonl")
+    assert main(["eval", "--run", str(finished_run), "--task", a, "--task", b]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split()[:2] for line in out.splitlines()[1:3]]
+    assert rows == [[a, "mc"], [b, "cloze"]]  # one name: the table shows the paths
+    saved = sorted((finished_run / "evals").glob("val-*-2.json"))
+    assert len(saved) == 2 and all(f"saved {p} (" in out for p in saved)
+    formats = {
+        json.loads(p.read_text())["path"]: json.loads(p.read_text())["format"] for p in saved
+    }
+    assert formats == {a: "mc", b: "cloze"}
+    shutil.rmtree(finished_run / "evals")
+
+
+def test_eval_of_a_task_file_that_is_not_utf8_names_its_line(finished_run, tmp_path, capsys):
+    (tmp_path / "t.jsonl").write_bytes(
+        b'{"context": "x", "choices": ["a", "b"], "label": 0}\n'
+        b'{"context": "caf\xe9", "choices": ["a"], "label": 0}\n'
+    )
+    _refused(capsys, ["eval", "--run", str(finished_run), "--task", str(tmp_path / "t.jsonl")],
+             f"{tmp_path / 't.jsonl'}:2: not UTF-8 text (byte 0xe9 at column 17)",
+             "convert the file")  # fmt: skip
+    assert not (finished_run / "evals").exists()

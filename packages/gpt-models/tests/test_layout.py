@@ -1,7 +1,8 @@
 """gpt_models' private subpackages form layers: a module imports only its own layer and the ones below.
 
 The layers, bottom to top (each subpackage's ``__init__`` docstring says the same):
-``_errors`` < ``_config`` < ``_data``, ``_distributed`` < ``_model`` < ``_runs`` < ``_training`` < ``_cli``.
+``_errors``, ``_console`` < ``_config`` < ``_data``, ``_distributed`` < ``_model`` < ``_runs`` < ``_training``
+< ``_cli``.
 Imports are read from the installed sources with ``ast``, function-level (lazy) imports included.
 Beside the layers sit the modules that assemble them: ``__init__`` (the public API), ``__main__``
 and ``internal`` (what the tests and benchmarks may reach).
@@ -19,6 +20,7 @@ import gpt_models
 PACKAGE = Path(gpt_models.__file__).parent
 LAYERS = {
     "_errors": 0,
+    "_console": 0,
     "_config": 1,
     "_data": 2,
     "_distributed": 2,

@@ -7,6 +7,7 @@ import gzip
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -54,9 +55,10 @@ def test_store_holds_every_document_once_ended_by_eot(tmp_path):
 
 def test_rerun_does_nothing_and_says_so(tmp_path, capsys):
     src = _jsonl(tmp_path / "a.jsonl", _docs(10))
-    assert main(["prepare", str(src), "--out", str(tmp_path / "st")]) == 0
+    cmd = ["prepare", str(src), "--out", str(tmp_path / "st"), "--val-fraction", "0.5"]
+    assert main(cmd) == 0
     stamp = (tmp_path / "st" / "manifest.json").stat().st_mtime_ns
-    assert main(["prepare", str(src), "--out", str(tmp_path / "st")]) == 0
+    assert main(cmd) == 0
     out = capsys.readouterr().out
     assert "is up to date" in out and "nothing to do" in out
     assert (tmp_path / "st" / "manifest.json").stat().st_mtime_ns == stamp
@@ -148,10 +150,10 @@ def test_full_disk_is_a_clear_error_and_nothing_looks_complete(tmp_path, monkeyp
 
     monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(DataError, match="is full .*Free some space and re-run"):
-        prepare([src], tmp_path / "st")
+        prepare([src], tmp_path / "st", val_fraction=0.2)
     assert not (tmp_path / "st" / "manifest.json").exists()
     monkeypatch.undo()
-    assert prepare([src], tmp_path / "st").tokens["train"] > 0
+    assert prepare([src], tmp_path / "st", val_fraction=0.2).tokens["train"] > 0
 
 
 def test_zst_and_parquet_inputs(tmp_path):
@@ -164,9 +166,9 @@ def test_zst_and_parquet_inputs(tmp_path):
     pq.write_table(pa.table({"body": ["pq one", "pq two"]}), tmp_path / "b.parquet")
     with pytest.raises(DataError, match=r"b\.parquet has no column 'text' \(columns: \['body'\]\)"):
         prepare([tmp_path / "b.parquet"], tmp_path / "st0")
-    m = prepare([tmp_path / "b.parquet"], tmp_path / "st1", text_field="body").manifest
-    assert m["documents"]["train"] + m["documents"]["val"] == 2
-    m = prepare([tmp_path / "a.jsonl.zst"], tmp_path / "st2").manifest
+    m = prepare([tmp_path / "b.parquet"], tmp_path / "st1", text_field="body", val_fraction=0.0)
+    assert m.manifest["documents"]["train"] == 2
+    m = prepare([tmp_path / "a.jsonl.zst"], tmp_path / "st2", val_fraction=0.0).manifest
     assert m["tokens"]["train"] + m["tokens"]["val"] == 3 * len("zst doc\0")
 
 
@@ -344,3 +346,98 @@ def test_a_shard_cut_short_while_training_reads_it_is_named(tmp_path):
         r" were read\. The store changed while this run read it; run gpt prepare",
     ):
         ds.train[100:120]
+
+
+def test_a_resumed_prepare_refuses_a_changed_tokenizer_file_and_keeps_the_folder(
+    tmp_path, kill_prepare
+):
+    src = _jsonl(tmp_path / "a.jsonl", _docs(300))
+    kill_prepare(6)  # after the progress file, the tokenizer's record and a few chunks
+    with pytest.raises(KeyboardInterrupt):
+        prepare([src], tmp_path / "st", tokenizer="bpe", bpe_vocab_size=300, val_fraction=0.1)
+    kill_prepare(None)
+    other = tmp_path / "other"
+    prepare([src], other, tokenizer="bpe", bpe_vocab_size=280, val_fraction=0.1)
+    (tmp_path / "st" / "tokenizer.json").write_bytes((other / "tokenizer.json").read_bytes())
+    before = sorted(p.name for p in (tmp_path / "st").iterdir())
+    with pytest.raises(DataError, match=r"tokenizer.json is missing or is not the tokenizer this "
+                       r"unfinished gpt prepare made .*Delete .*st and start over"):  # fmt: skip
+        prepare([src], tmp_path / "st", tokenizer="bpe", bpe_vocab_size=300, val_fraction=0.1)
+    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == before  # left to look at
+
+
+def test_a_split_left_empty_either_way_names_the_fraction_that_fills_it(tmp_path):
+    src = _jsonl(tmp_path / "a.jsonl", _docs(8))
+    with pytest.raises(DataError, match="leaves the train split empty: all 8 documents went to "
+                       r"the validation split .*Fix: --val-fraction (0\.\d+) puts"):  # fmt: skip
+        prepare([src], tmp_path / "st", val_fraction=0.99)
+    assert not (tmp_path / "st").exists()
+    with pytest.raises(DataError) as refused:
+        prepare([src], tmp_path / "st", val_fraction=0.001)
+    fraction = float(re.search(r"Fix: --val-fraction (0\.\d+) puts", str(refused.value))[1])
+    m = prepare([src], tmp_path / "st", val_fraction=fraction).manifest
+    assert m["documents"]["train"] > 0 and m["documents"]["val"] > 0
+
+
+def test_skipped_files_are_reported_before_the_work(tmp_path):
+    (tmp_path / "in").mkdir()
+    _jsonl(tmp_path / "in" / "a.jsonl", _docs(40))
+    (tmp_path / "in" / "notes.csv").write_text("a,b")
+    (tmp_path / "in" / "README").write_text("hi")
+    (tmp_path / "in" / ".hidden.txt").write_text("never read, never listed")
+    told = io.StringIO()
+    r = prepare([tmp_path / "in"], tmp_path / "st", val_fraction=0.2, progress=told)
+    assert r.skipped == ("in/README", "in/notes.csv")
+    first = told.getvalue().splitlines()[0]
+    assert first == ("note: skipped 2 files (1 .csv, 1 no extension): in/README, in/notes.csv "
+                     "(not a kind gpt prepare reads)")  # fmt: skip
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_is_separate_lines_in_a_file_and_one_redrawn_line_on_a_terminal(
+    tmp_path, kill_prepare
+):
+    src = _jsonl(tmp_path / "a.jsonl", _docs(2000))
+    kill_prepare(10**9)  # small chunks (many progress updates); no kill
+    to_file = io.StringIO()
+    prepare([src], tmp_path / "st", val_fraction=0.1, progress=to_file)
+    lines = to_file.getvalue().splitlines()
+    assert "\r" not in to_file.getvalue() and 2 <= len(lines) <= 21, lines
+    assert all(line.startswith("prepare: ") for line in lines)
+    assert lines[-1].startswith("prepare: 2,000 docs, ") and "100%" in lines[-2]
+    to_terminal = _Terminal()
+    prepare([src], tmp_path / "st2", val_fraction=0.1, progress=to_terminal)
+    shown = to_terminal.getvalue()
+    assert shown.startswith("\rprepare: ") and shown.endswith("\x1b[K\n")
+    assert shown.count("\n") == 1  # one line, redrawn in place
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda m: m["tokenizer"].update(file="../tokenizer.json"),
+         "tokenizer.file = '../tokenizer.json' is not a plain file name"),
+        (lambda m: m["shards"]["val"].append(m["shards"]["train"][0]),
+         "shard train-00000.bin is listed twice"),
+        (lambda m: m["shards"]["train"][0].update(sha256="abc"),
+         "shard train-00000.bin: sha256 = 'abc' is not a sha256 hex digest"),
+        (lambda m: m["tokenizer"].update(vocab_size=70_000),
+         "dtype = 'uint16', but the tokenizer's 70,000 ids are stored as uint32"),
+        (lambda m: m["tokens"].update(train=1),
+         "tokens.train = 1, but its shards hold 11,694"),
+    ],
+    ids=["tokenizer-outside", "shard-twice", "bad-sha256", "vocab-needs-uint32", "token-total"],
+)  # fmt: skip
+def test_every_manifest_field_is_checked_before_a_shard_is_read(tmp_path, edit, needle):
+    src = _jsonl(tmp_path / "a.jsonl", _docs(200))
+    prepare([src], tmp_path / "st", shard_tokens=700, val_fraction=0.1)
+    path = tmp_path / "st" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=re.escape(needle)):
+        load_dataset(DataConfig(path=str(tmp_path / "st")), seq_len=8, vocab_size=256)

@@ -4,6 +4,7 @@ import csv
 import dataclasses
 import io
 import json
+import re
 from pathlib import Path
 
 import jax
@@ -127,12 +128,14 @@ def test_cli_prints_a_table_and_saves_json_in_the_run(trained, capsys):
     ]  # fmt: skip
     assert out.out.splitlines()[1].split()[:3] == ["synthetic_mc", "mc", "40"]
     assert "eval synthetic_mc: 160/160 windows" in out.err
-    saved = json.loads((run / "evals" / f"synthetic_mc-{STEPS}.json").read_text())
+    assert "\r" not in out.err  # not a terminal: separate lines, a few of them
+    assert 2 <= sum(line.startswith("eval synthetic_mc:") for line in out.err.splitlines()) <= 20
+    mc, cloze = sorted((run / "evals").iterdir(), key=lambda p: p.name, reverse=True)
+    assert re.fullmatch(rf"synthetic_mc-[0-9a-f]{{8}}-{STEPS}\.json", mc.name)
+    assert re.fullmatch(rf"synthetic_cloze-[0-9a-f]{{8}}-{STEPS}\.json", cloze.name)
+    saved = json.loads(mc.read_text())
     assert saved["step"] == STEPS and saved["examples"] == 40 and len(saved["loglik"]) == 40
-    assert (run / "evals" / f"synthetic_cloze-{STEPS}.json").is_file()
-    assert sorted(p.name for p in (run / "evals").iterdir()) == [
-        f"synthetic_cloze-{STEPS}.json", f"synthetic_mc-{STEPS}.json",
-    ]  # fmt: skip
+    assert saved["path"] == str(MC.resolve()) and f"saved {mc} ({MC})" in out.out
 
 
 BAD = [

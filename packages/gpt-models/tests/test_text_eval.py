@@ -52,8 +52,13 @@ def test_bad_arguments(make_config, tmp_path):
     with pytest.raises(DataError, match="missing.txt does not exist. Pass text files or folders"):
         evaluate_text(params, cfg, tmp_path / "missing.txt")
     (tmp_path / "bin.dat").write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(DataError, match=r"bin.dat is not UTF-8 text .*convert the file to UTF-8"):
+    with pytest.raises(DataError, match=r"bin.dat:1 is not UTF-8 text .*convert the file to UTF-8"):
         evaluate_text(params, cfg, tmp_path / "bin.dat")
+    (tmp_path / "latin1.txt").write_bytes("first line\nsecond\ncaf\u00e9\n".encode("latin-1"))
+    with pytest.raises(
+        DataError, match=r"latin1.txt:3 is not UTF-8 text \(byte 0xe9 at byte offset 21\)"
+    ):
+        evaluate_text(params, cfg, tmp_path / "latin1.txt")
     (tmp_path / "one.txt").write_text("x")
     with pytest.raises(DataError, match="each file needs at least two tokens"):
         evaluate_text(params, cfg, tmp_path / "one.txt")

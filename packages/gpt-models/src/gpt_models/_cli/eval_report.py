@@ -1,5 +1,8 @@
 """``gpt eval --text`` / ``--task``: score files with a run's newest checkpoint and print the results.
 
+Each task's result is saved in the run as ``evals/<task>-<key>-<step>.json``, keyed by the task
+file's path (``save_task_score``), so two task files of one name are both kept.
+
 ``--text @val`` names the run's own validation split, whatever its data is (the tail of its text, a
 ``val.bin``, a token store's validation shards): the token ids the loop's ``val_loss`` reads, scored
 by the sliding-window protocol.
@@ -18,7 +21,7 @@ from .._data.corpus import Tokenizer, load_dataset
 from .._data.run_tokenizer import run_tokenizer
 from .._errors import DataError
 from .._runs.folders import load_run, run_config
-from .._training.tasks import evaluate_task, save_task_score
+from .._training.tasks import TaskScore, evaluate_task, save_task_score
 from .._training.text_eval import encode_file, score_documents, text_files
 from .._training.use_preflight import UsePlan, check_use_fits, plan_score
 
@@ -53,10 +56,17 @@ def eval_files(args: argparse.Namespace, run: str, config: Config | None) -> int
     if args.task is not None:
         opts = {"format": args.format, "tokenizer": tok, "batch_size": args.batch_size}
         scores = [evaluate_task(params, cfg, p, stream=sys.stderr, **opts) for p in args.task]
-        print(_table([s.summary() for s in scores]))
-        for score in scores:
-            print(f"saved {save_task_score(score, run, step)}")
+        names = _task_names(args.task, scores)
+        print(_table([{**s.summary(), "task": n} for s, n in zip(scores, names, strict=True)]))
+        for score, given in zip(scores, args.task, strict=True):
+            print(f"saved {save_task_score(score, run, step)} ({given})")
     return 0
+
+
+def _task_names(given: list[str], scores: list[TaskScore]) -> list[str]:
+    """The table's task column: each file's name, or the path as given where names repeat."""
+    names = [s.task for s in scores]
+    return [p if names.count(n) > 1 else n for p, n in zip(given, names, strict=True)]
 
 
 def run_preflight(args: argparse.Namespace, plan: UsePlan) -> bool:

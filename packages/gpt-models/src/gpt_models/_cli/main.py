@@ -198,16 +198,18 @@ def _dry_run_arg(p: argparse.ArgumentParser, program: str) -> None:
 
 def _eval_parser(p: argparse.ArgumentParser) -> None:
     _run_args(p, "data.* keys or train.eval_batches", "train.eval_batches=4")
-    p.add_argument("--text", nargs="+", default=None, metavar="FILE_OR_DIR",
+    # action="extend": `--task a.jsonl --task b.jsonl` scores both (a repeated flag replaced
+    # the earlier one's files).
+    p.add_argument("--text", nargs="+", action="extend", default=None, metavar="FILE_OR_DIR",
                    help="score whole text files (folders: their UTF-8 files): nats/token and "
-                        "bits per byte, sliding window")  # fmt: skip
+                        "bits per byte, sliding window; repeatable")  # fmt: skip
     p.add_argument("--stride", type=int, default=None,
                    help="--text and --lm-eval's rolling log-likelihoods: tokens between window "
                         "starts, 1..model.seq_len (default seq_len // 2; seq_len = "
                         "non-overlapping windows)")  # fmt: skip
-    p.add_argument("--task", nargs="+", default=None, metavar="FILE.jsonl",
-                   help="multiple-choice / cloze accuracy on JSONL task files; saved as "
-                        "RUN/evals/<task>-<step>.json")  # fmt: skip
+    p.add_argument("--task", nargs="+", action="extend", default=None, metavar="FILE.jsonl",
+                   help="multiple-choice / cloze accuracy on JSONL task files (repeatable); saved "
+                        "as RUN/evals/<task>-<key>-<step>.json (<key>: from the file's path)")  # fmt: skip
     p.add_argument("--format", default=None, choices=("hellaswag", "mc", "cloze"),
                    help="--task file format (default: told by the first example's fields)")  # fmt: skip
     p.add_argument("--lm-eval", default=None, metavar="TASK[,TASK]",

@@ -10,9 +10,11 @@ def prepare_parser(p: argparse.ArgumentParser) -> None:
     """The flags of ``gpt prepare``."""
     p.add_argument("sources", nargs="+", metavar="SRC",
                    help="text files (.txt/.md: one document each), .jsonl (one per line), "
-                        ".parquet (one per row), each optionally .gz/.zst, or folders of them")  # fmt: skip
+                        ".parquet (one per row), each optionally .gz/.zst, or folders of them "
+                        "(their other files are skipped, and listed)")  # fmt: skip
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="the store folder (shards + manifest.json); train on it with "
+                   help="the store folder (shards + manifest.json): a new or empty folder, or "
+                        "this command's own unfinished output; train on it with "
                         "gpt train --set data.path=DIR")  # fmt: skip
     p.add_argument("--tokenizer", default="byte", metavar="byte|bpe|FILE.json",
                    help="byte (default), bpe (trained here on the first ~64 MB of documents) or "
@@ -21,7 +23,9 @@ def prepare_parser(p: argparse.ArgumentParser) -> None:
                    help="ids of the BPE tokenizer --tokenizer bpe trains, 257..65536; default 2048")  # fmt: skip
     p.add_argument("--val-fraction", type=float, default=0.01,
                    help="share of documents (by a hash of file name and position) held out "
-                        "for validation; default 0.01")  # fmt: skip
+                        "for validation; default 0.01. At least one document must land there "
+                        "(a smaller corpus is refused, naming a fraction that works); 0 writes "
+                        "a train-only store")  # fmt: skip
     p.add_argument("--text-field", default="text",
                    help="the JSON field (.jsonl) or column (.parquet) holding the text; default text")  # fmt: skip
     p.add_argument("--shard-tokens", type=int, default=1 << 26,
@@ -71,7 +75,17 @@ def prepare_command(args: argparse.Namespace) -> int:
         f"{tokens['train']:,} / {tokens['val']:,} tokens ({m['tokenizer']['kind']} tokenizer, "
         f"{m['tokenizer']['vocab_size']} ids, {m['dtype']}), "
         f"{len(m['shards']['train']) + len(m['shards']['val'])} shards, "
-        f"{m['undecodable_bytes']} undecodable bytes replaced.\n"
+        f"{m['undecodable_bytes']} undecodable bytes replaced."
+    )
+    if docs["val"] == 0:  # --val-fraction 0: a train-only store, which gpt train refuses
+        fix = result.val_fix or "a --val-fraction above 0"
+        print(
+            f"gpt: warning: {args.out} has no validation split (--val-fraction 0), and gpt train "
+            f"needs one. Fix (prepare again, into a new --out): {fix}.",
+            file=sys.stderr,
+        )
+        return 0
+    print(
         f"Train on it: gpt train --set data.path={args.out}"
         + (" --set data.tokenizer=bpe" if m["tokenizer"]["kind"] == "bpe" else "")
     )

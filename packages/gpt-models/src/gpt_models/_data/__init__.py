@@ -1,8 +1,10 @@
 """Text to token ids: the byte and BPE tokenizers (``byte_tokenizer.py``, ``bpe.py``), corpora and
 batches (``corpus.py``), nanoGPT ``.bin`` files and their sidecars (``token_files.py``), and the
 tokenizer a run folder uses (``run_tokenizer.py``); ``gpt prepare``: documents read from text,
-JSONL and parquet files (``sources.py``) tokenized resumably (``prepare.py``) into a token store
-(``store.py``).
+JSONL and parquet files (``sources.py``, in chunks: ``chunks.py``) tokenized resumably
+(``prepare.py``; its tokenizer: ``encoder.py``; where it may write: ``out_folder.py``; the split:
+``val_split.py``) into a token store (``store.py``) described by its checked manifest
+(``manifest.py``).
 
-Layer 2 of gpt_models. May import: ``.._errors``, ``.._config``.
+Layer 2 of gpt_models. May import: ``.._errors``, ``.._console``, ``.._config``.
 """

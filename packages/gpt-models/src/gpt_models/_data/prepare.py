@@ -1,11 +1,16 @@
 """``gpt prepare``: tokenize a corpus of any size into a token store (``store.py``), resumably.
 
-Documents stream through in chunks of about ``_CHUNK_BYTES`` of text: a reader thread parses the
-files while the main thread tokenizes the previous chunk (the `tokenizers` batch encoder runs on
-every core) and appends ids to the open shard of each split. After each chunk the progress state
-(``.prepare-state.json``: where the input stream stands, the finished shards, the length of the
-open ones) is saved atomically, so a killed run resumes from its last chunk: the open shards are
-cut back to the saved lengths and the inputs are skipped up to the saved position.
+Documents stream through in chunks of about ``_CHUNK_BYTES`` of text (``chunks.py``: a reader
+thread parses the files while the main thread tokenizes the previous chunk, the `tokenizers` batch
+encoder on every core) and their ids are appended to the open shard of each split. After each chunk
+the progress state (``.prepare-state.json``: where the input stream stands, the finished shards,
+the length of the open ones) is saved atomically, so a killed run resumes from its last chunk: the
+open shards are cut back to the saved lengths and the inputs are skipped up to the saved position.
+
+It writes only where ``out_folder.py`` allows (a folder it creates, an empty one, or its own
+unfinished output). A prepare refused for its inputs or its result (a damaged file, a bad line, no
+text, an empty validation split) removes what it wrote there; one refused for what the folder
+already holds (other settings, an altered shard) leaves the folder as it is.
 """
 
 from __future__ import annotations
@@ -14,9 +19,6 @@ import dataclasses
 import errno
 import itertools
 import json
-import queue
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -24,76 +26,40 @@ from typing import Any, TextIO
 import numpy as np
 
 from .._errors import DataError
-from .bpe import (
-    END_OF_TEXT,
-    MAX_VOCAB,
-    MIN_VOCAB,
-    BPETokenizer,
-    end_of_text_id,
-    read_tokenizer_json,
-)
-from .sources import SourceFile, file_sha256, find_sources, read_documents
+from .bpe import MAX_VOCAB, MIN_VOCAB
+from .chunks import Meter, chunks, threaded
+from .encoder import Encoder, make_encoder
+from .manifest import FORMAT, MANIFEST, SPLITS, VERSION, id_dtype
+from .out_folder import STATE, TOKENIZER_JSON, claim, discard
+from .sources import SourceFile, check_extras, find_sources, read_documents, skipped_note
 from .store import (
-    FORMAT,
-    MANIFEST,
-    SPLIT_RULE,
-    SPLITS,
-    VERSION,
     ShardWriter,
     check_shards,
-    id_dtype,
+    file_sha256,
     read_manifest,
-    split_of,
-    write_atomic,
     write_json_atomic,
 )
+from .val_split import SPLIT_RULE, empty_val_fix, remember, split_key, split_of
 
-STATE = ".prepare-state.json"
-TOKENIZER_JSON = "tokenizer.json"
 _CHUNK_BYTES = 2 << 20  # ~2 MB of text: the encodings of a chunk stay ~100 MB
 _BPE_SAMPLE_BYTES = 64 << 20
 
 
 @dataclasses.dataclass(frozen=True)
 class PrepareResult:
-    """What ``prepare`` did: the store folder, its manifest, and whether it had anything to do."""
+    """What ``prepare`` did: the store folder, its manifest, whether it had anything to do, the
+    files of the input folders it skipped (not a kind it reads), and, for a store written with
+    ``val_fraction=0``, the ``--val-fraction`` that would give it a validation split."""
 
     out: Path
     manifest: dict[str, Any]
     up_to_date: bool
+    skipped: tuple[str, ...] = ()
+    val_fix: str = ""
 
     @property
     def tokens(self) -> dict[str, int]:
         return {s: sum(r["tokens"] for r in self.manifest["shards"][s]) for s in SPLITS}
-
-
-class _Encoder:
-    """The tokenizer as prepare uses it: batch encode, its end-of-text id, its JSON (if BPE)."""
-
-    def __init__(self, kind: str, tok: Any = None) -> None:
-        self.kind, self.tok = kind, tok
-        if tok is None:
-            self.vocab_size, self.eot_id, self.json = 256, 0, None
-        else:
-            eot = end_of_text_id(tok)
-            if eot is None:  # a BPE trained here has no special tokens
-                tok.add_special_tokens([END_OF_TEXT[0]])
-                eot = tok.token_to_id(END_OF_TEXT[0])
-            self.vocab_size, self.eot_id = tok.get_vocab_size(), int(eot)
-            self.json = tok.to_str(pretty=False)
-
-    def sha256(self) -> str:
-        import hashlib
-
-        return hashlib.sha256((self.json or "byte").encode()).hexdigest()
-
-    def encode(self, texts: list[str]) -> list[np.ndarray]:
-        if self.tok is None:
-            return [np.frombuffer(t.encode("utf-8", errors="replace"), np.uint8) for t in texts]
-        # encode_batch_fast (no character offsets) is tokenizers >= 0.20; the floor has encode_batch.
-        encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)
-        encs = encode(texts, add_special_tokens=False)
-        return [np.array(e.ids, np.uint32) for e in encs]
 
 
 def prepare(
@@ -113,13 +79,17 @@ def prepare(
     ``bpe_vocab_size`` ids) or the path of a ``tokenizer.json`` (the `tokenizers` library's format).
     A file is read as ``gpt train`` reads ``data.tokenizer`` (``read_tokenizer_json``); a tokenizer
     without an end-of-text token (``<|endoftext|>``, ``</s>``, ...) gets ``<|endoftext|>`` as one
-    more id, which ends every document. Documents go to the
-    validation split by a hash of (file name, position), about ``val_fraction`` of them.
+    more id, which ends every document. Documents go to the validation split by a hash of (file
+    name, position), about ``val_fraction`` of them; with ``val_fraction > 0`` at least one must.
+
+    ``out`` must be new, empty, or this function's own earlier output. ``progress`` (e.g.
+    ``sys.stderr``) gets the files skipped in the input folders, then a progress line.
 
     Raises:
-        DataError: bad inputs (see ``find_sources``/``read_documents``), an empty corpus, a
-            store or unfinished prepare in ``out`` made from other inputs or settings, a damaged
-            shard, or a full disk.
+        DataError: bad inputs (see ``find_sources``/``read_documents``), an empty corpus, an
+            empty validation split (the message names a ``val_fraction`` that works), an ``out``
+            holding files this function did not write, a store or unfinished prepare in ``out``
+            made from other inputs or settings, a damaged shard, or a full disk.
 
     Example:
         >>> import tempfile, pathlib
@@ -147,12 +117,14 @@ def prepare(
             f"--out {out} is a file, but a token store is a folder (shards and {MANIFEST}). "
             f"Pass a new or existing folder, e.g. --out {out.parent / (out.stem + '-store')}."
         )
-    sources = find_sources(inputs)
-    hashes = [file_sha256(s.path) for s in sources]
+    found = find_sources(inputs)
+    sources = found.files
+    check_extras(sources)
+    if progress is not None and found.skipped:
+        print(f"note: {skipped_note(found.skipped)} (not a kind gpt prepare reads)", file=progress)
     settings = {
         "sources": [
-            {"name": s.name, "bytes": s.size, "sha256": h}
-            for s, h in zip(sources, hashes, strict=True)
+            {"name": s.name, "bytes": s.size, "sha256": file_sha256(s.path)} for s in sources
         ],
         "tokenizer_arg": tokenizer if tokenizer in ("byte", "bpe") else _sha_of_file(tokenizer),
         "bpe_vocab_size": bpe_vocab_size if tokenizer == "bpe" else None,
@@ -160,15 +132,23 @@ def prepare(
         "text_field": text_field,
         "shard_tokens": shard_tokens,
     }
+    skipped = tuple(found.skipped)
     if (out / MANIFEST).is_file():
         manifest = read_manifest(out)
         _same_settings(out, manifest.get("settings"), settings, MANIFEST)
         check_shards(out, [r for s in SPLITS for r in manifest["shards"][s]], full_hash=True)
-        return PrepareResult(out, manifest, up_to_date=True)
-    out.mkdir(parents=True, exist_ok=True)
-    state = _load_state(out, settings)
+        return PrepareResult(out, manifest, up_to_date=True, skipped=skipped)
+    fresh = not (out / STATE).is_file()
+    created = claim(out) if fresh else []  # a new or empty folder; anything else is refused here
+    state = (
+        {"settings": settings, "source": 0, "pos": 0, "stats": [], "writers": {}}
+        if fresh
+        else _load_state(out, settings)
+    )
     try:
-        return _run(out, sources, settings, state, tokenizer, bpe_vocab_size, progress)
+        if fresh:
+            write_json_atomic(out / STATE, state)  # first: the mark that this folder is ours
+        manifest, fix = _run(out, sources, state, tokenizer, bpe_vocab_size, progress, created)
     except OSError as err:
         if err.errno == errno.ENOSPC:
             raise DataError(
@@ -177,6 +157,7 @@ def prepare(
                 "last). Free some space and re-run the same command to resume."
             ) from err
         raise
+    return PrepareResult(out, manifest, up_to_date=False, skipped=skipped, val_fix=fix)
 
 
 def _sha_of_file(path: str) -> str:
@@ -202,40 +183,18 @@ def _same_settings(out: Path, old: Any, new: dict[str, Any], what: str) -> None:
 
 def _load_state(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
     path = out / STATE
-    if not path.is_file():
-        return {"settings": settings, "source": 0, "pos": 0, "stats": [], "writers": {}}
     try:
-        state: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        state: Any = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DataError(
             f"{path} (the progress of an unfinished gpt prepare) is not valid JSON ({err}). "
             "Delete the folder and start over."
         ) from err
-    _same_settings(out, state.get("settings"), settings, "an unfinished prepare")
+    _same_settings(out, state.get("settings") if isinstance(state, dict) else None, settings,
+                   "an unfinished prepare")  # fmt: skip
     for split in SPLITS:
         check_shards(out, state["writers"].get(split, {}).get("finished", []), full_hash=True)
-    return state
-
-
-def _make_encoder(
-    tokenizer: str, out: Path, sources: list[SourceFile], text_field: str, vocab: int
-) -> _Encoder:
-    if tokenizer == "byte":
-        return _Encoder("byte")
-    from tokenizers import Tokenizer
-
-    saved = out / TOKENIZER_JSON
-    if saved.is_file():  # a resumed run: the tokenizer is the one the first shards were made with
-        return _Encoder("bpe", Tokenizer.from_str(saved.read_text(encoding="utf-8")))
-    if tokenizer == "bpe":
-        sample = _sample(sources, text_field)
-        tok = BPETokenizer.train(sample, vocab_size=vocab)._tok
-    else:
-        tok = read_tokenizer_json(tokenizer, what="--tokenizer")  # the loader gpt train uses
-    enc = _Encoder("bpe", tok)
-    assert enc.json is not None
-    write_atomic(saved, enc.json.encode())
-    return enc
+    return dict(state)
 
 
 def _sample(sources: list[SourceFile], text_field: str) -> Iterator[str]:
@@ -249,69 +208,53 @@ def _sample(sources: list[SourceFile], text_field: str) -> Iterator[str]:
             return
 
 
-def _chunks(
-    sources: list[SourceFile], state: dict[str, Any], text_field: str
-) -> Iterator[tuple[int, list[Any], bool]]:
-    """(source index, documents, source finished) pieces of about _CHUNK_BYTES, from the cursor."""
-    for i in range(state["source"], len(sources)):
-        skip = state["pos"] if i == state["source"] else 0
-        docs: list[Any] = []
-        size = 0
-        for doc in read_documents(sources[i], text_field=text_field, skip=skip):
-            docs.append(doc)
-            size += len(doc.text)
-            if size >= _CHUNK_BYTES:
-                yield i, docs, False
-                docs, size = [], 0
-        yield i, docs, True
-
-
-def _threaded(it: Iterator[Any], depth: int = 2) -> Iterator[Any]:
-    """``it`` run ahead in a thread (at most ``depth`` items), its exceptions re-raised here."""
-    q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def work() -> None:
-        try:
-            for item in it:
-                if stop.is_set():
-                    return
-                q.put((True, item))
-            q.put((False, None))
-        except BaseException as err:  # handed to the consumer, which raises it
-            q.put((False, err))
-
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-    try:
-        while True:
-            ok, item = q.get()
-            if not ok:
-                if item is not None:
-                    raise item
-                return
-            yield item
-    finally:
-        stop.set()
-
-
 def _run(
     out: Path,
     sources: list[SourceFile],
-    settings: dict[str, Any],
     state: dict[str, Any],
     tokenizer: str,
     bpe_vocab: int,
     progress: TextIO | None,
-) -> PrepareResult:
-    text_field, val_fraction = settings["text_field"], settings["val_fraction"]
-    enc = _make_encoder(tokenizer, out, sources, text_field, bpe_vocab)
-    dtype = id_dtype(enc.vocab_size)
-    writers = {
-        s: ShardWriter(out, s, dtype, settings["shard_tokens"], state["writers"].get(s, {}))
-        for s in SPLITS
-    }
-    stats: list[dict[str, int]] = state["stats"]
+    created: list[Path],
+) -> tuple[dict[str, Any], str]:
+    """Write the store; its manifest and, for ``val_fraction`` 0, the fraction that would give
+    a validation split. A refusal for the inputs or the result discards what was written."""
+    resumed = bool(state["writers"])
+    if resumed:  # what the folder holds is checked first; a refusal there leaves it as it is
+        enc, writers = _open(out, sources, state, tokenizer, bpe_vocab, progress)
+    else:
+        try:  # a fresh store: training a BPE tokenizer reads the inputs already
+            enc, writers = _open(out, sources, state, tokenizer, bpe_vocab, progress)
+        except DataError:
+            discard(out, created)
+            raise
+    try:
+        _write(out, sources, state, enc, writers, progress)
+        shards = {s: w.close() for s, w in writers.items()}
+        dtype = id_dtype(enc.vocab_size)
+        manifest = _manifest(state["settings"], sources, state["stats"], shards, enc, dtype)
+        fix = _check_split(manifest, state, sources)
+    except DataError:
+        for w in writers.values():
+            w.abandon()
+        discard(out, created)
+        raise
+    write_json_atomic(out / MANIFEST, manifest)
+    (out / STATE).unlink(missing_ok=True)
+    return manifest, fix
+
+
+def _open(out: Path, sources: list[SourceFile], state: dict[str, Any], tokenizer: str,
+          bpe_vocab: int, progress: TextIO | None) -> tuple[Encoder, dict[str, ShardWriter]]:  # fmt: skip
+    """The encoder and the open shard writers (an interrupted run's, verified and cut back)."""
+    sample = _sample(sources, state["settings"]["text_field"])
+    enc, written = make_encoder(tokenizer, out, state, sample, bpe_vocab)
+    if written is not None:
+        state["tokenizer_sha256"] = written
+        write_json_atomic(out / STATE, state)  # recorded before any shard is made with it
+    dtype, shard_tokens = id_dtype(enc.vocab_size), state["settings"]["shard_tokens"]
+    writers = {s: ShardWriter(out, s, dtype, shard_tokens, state["writers"].get(s, {}))
+               for s in SPLITS}  # fmt: skip
     if progress is not None and state["writers"]:
         kept = sum(len(w.finished) for w in writers.values())
         print(
@@ -320,22 +263,32 @@ def _run(
             f"document {state['pos']})",
             file=progress,
         )
-    meter = _Meter(
-        progress, sum(s.size for s in sources), sum(s.size for s in sources[: state["source"]])
-    )
+    return enc, writers
+
+
+def _write(out: Path, sources: list[SourceFile], state: dict[str, Any], enc: Encoder,
+           writers: dict[str, ShardWriter], progress: TextIO | None) -> None:  # fmt: skip
+    settings = state["settings"]
+    text_field, val_fraction = settings["text_field"], settings["val_fraction"]
+    stats: list[dict[str, int]] = state["stats"]
+    smallest: list[list[float]] = state.setdefault("smallest_keys", [])
+    total = sum(s.size for s in sources)
+    meter = Meter(progress, total, sum(s.size for s in sources[: state["source"]]))
+    eot = np.array([enc.eot_id], np.uint32)
     # Reading and JSON parsing run ahead in a thread; encoding (every core) and writing here. A
     # third stage (encoding in its own thread) measured no faster on 2 cores and peaked at 401 MB
     # instead of 311 MB (benchmarks/data/RESULTS.md).
-    for i, docs, done in _threaded(_chunks(sources, state, text_field)):
+    pieces = chunks(sources, state["source"], state["pos"], text_field, _CHUNK_BYTES)
+    for i, docs, done in threaded(pieces):
         while len(stats) <= i:
             stats.append({"documents": 0, "undecodable": 0, "val_documents": 0})
         ids = enc.encode([d.text for d in docs])
         parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
-        eot = np.array([enc.eot_id], np.uint32)
         for doc, doc_ids in zip(docs, ids, strict=True):
             if len(doc_ids) == 0:  # an empty document (file, text field): no text, no separator
                 continue
             split = split_of(sources[i].name, doc.pos, val_fraction)
+            remember(smallest, split_key(sources[i].name, doc.pos), len(doc_ids) + 1)
             parts[split] += [doc_ids, eot]
             stats[i]["documents"] += 1
             stats[i]["undecodable"] += doc.n_replaced
@@ -344,31 +297,44 @@ def _run(
             if parts[split]:
                 writers[split].append(np.concatenate(parts[split]))
             writers[split].flush()
-        state = {
-            "settings": settings,
-            "source": i + 1 if done else i,
-            "pos": 0 if done else docs[-1].pos + 1,
-            "stats": stats,
-            "writers": {s: w.state() for s, w in writers.items()},
-        }
-        write_json_atomic(out / STATE, state)
-        meter.update(
-            len(docs),
-            sum(len(d.text) for d in docs),
-            sum(len(x) + 1 for x in ids if len(x)),
-            sources[i].size if done else 0,
+        state.update(
+            source=i + 1 if done else i,
+            pos=0 if done else docs[-1].pos + 1,
+            writers={s: w.state() for s, w in writers.items()},
         )
+        write_json_atomic(out / STATE, state)
+        meter.update(len(docs), sum(len(d.text) for d in docs),
+                     sum(len(x) + 1 for x in ids if len(x)), sources[i].size if done else 0)  # fmt: skip
     meter.close()
-    shards = {s: w.close() for s, w in writers.items()}
-    manifest = _manifest(settings, sources, stats, shards, enc, dtype)
-    if manifest["tokens"]["train"] == 0:
+
+
+def _check_split(manifest: dict[str, Any], state: dict[str, Any], sources: list[SourceFile]) -> str:
+    """Refuse a store with nothing to train on, or an empty validation split that was asked for.
+
+    Returns:
+        For ``val_fraction`` 0 (no split asked for): what would give one, for a warning.
+    """
+    docs, given = manifest["documents"], manifest["split"]["val_fraction"]
+    if manifest["tokens"]["train"] == 0 and docs["val"] == 0:
         raise DataError(
             f"The corpus {', '.join(s.name for s in sources)} holds no text (no documents, or "
             "only empty ones), so there is nothing to train on. Check the inputs and --text-field."
         )
-    write_json_atomic(out / MANIFEST, manifest)
-    (out / STATE).unlink(missing_ok=True)
-    return PrepareResult(out, manifest, up_to_date=False)
+    if docs["val"] and docs["train"]:
+        return ""
+    only = sources[0] if len(sources) == 1 and sources[0].kind == "text" else None
+    fix = empty_val_fix(state["smallest_keys"], docs["train"] + docs["val"], given,
+                        None if only is None else str(only.path))  # fmt: skip
+    if docs["val"] == 0 and given == 0:
+        return fix
+    empty, full = ("validation", "train") if docs["val"] == 0 else ("train", "validation")
+    n = docs["train"] + docs["val"]
+    raise DataError(
+        f"gpt prepare --val-fraction {given} leaves the {empty} split empty: "
+        f"{'the one document' if n == 1 else f'all {n:,} documents'} went to the {full} split "
+        "(a document's split is a hash of its file and position), and gpt train needs both. "
+        f"Fix: {fix}. Nothing was written."
+    )
 
 
 def _manifest(
@@ -376,7 +342,7 @@ def _manifest(
     sources: list[SourceFile],
     stats: list[dict[str, int]],
     shards: dict[str, list[dict[str, Any]]],
-    enc: _Encoder,
+    enc: Encoder,
     dtype: np.dtype[Any],
 ) -> dict[str, Any]:
     stats = stats + [{"documents": 0, "undecodable": 0, "val_documents": 0}] * (
@@ -406,44 +372,3 @@ def _manifest(
         "shards": shards,
         "settings": settings,
     }
-
-
-class _Meter:
-    """One stderr line, rewritten at most twice a second: documents, MB/s, tokens/s, ETA."""
-
-    def __init__(self, stream: TextIO | None, total_bytes: int, done_bytes: int) -> None:
-        self.stream, self.total, self.done = stream, max(total_bytes, 1), done_bytes
-        self.start = self.last = time.perf_counter()
-        self.docs = self.text = self.tokens = 0
-        self.in_file = 0
-
-    def update(self, docs: int, text: int, tokens: int, finished_file: int) -> None:
-        self.docs, self.text, self.tokens = self.docs + docs, self.text + text, self.tokens + tokens
-        self.in_file += text
-        if finished_file:
-            self.done, self.in_file = self.done + finished_file, 0
-        now = time.perf_counter()
-        if self.stream is None or now - self.last < 0.5:
-            return
-        self.last = now
-        elapsed = now - self.start
-        rate = self.text / elapsed
-        left = max(self.total - self.done - self.in_file, 0)
-        eta = left / rate if rate else float("inf")
-        print(
-            f"\rprepare: {self.docs:,} docs | {rate / 1e6:.1f} MB/s | "
-            f"{self.tokens / elapsed:,.0f} tokens/s | {min(100.0, 100 * (self.total - left) / self.total):.0f}% | "
-            f"ETA {eta:,.0f} s   ",
-            end="",
-            file=self.stream,
-            flush=True,
-        )
-
-    def close(self) -> None:
-        if self.stream is not None and self.docs:
-            elapsed = time.perf_counter() - self.start
-            print(
-                f"\rprepare: {self.docs:,} docs, {self.tokens:,} tokens in {elapsed:.1f} s "
-                f"({self.text / elapsed / 1e6:.1f} MB/s)          ",
-                file=self.stream,
-            )

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import hashlib
 import io
 import json
+import zlib
 from collections.abc import Iterator, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from .._errors import DataError
@@ -59,31 +59,49 @@ def _readable(path: Path) -> bool:
     return _inner_suffix(path) in SUFFIXES and not path.name.startswith(".")
 
 
-def find_sources(inputs: Sequence[str | Path]) -> list[SourceFile]:
-    """The input files of ``inputs`` (files and folders, searched recursively), in a fixed order.
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """What the inputs hold: the files to read, and the names of the files of the folders given
+    that are not read (a kind gpt prepare does not read; hidden files are left out of both)."""
+
+    files: list[SourceFile]
+    skipped: list[str]
+
+
+def skipped_note(names: Sequence[str], shown: int = 5) -> str:
+    """``skipped 5 files (.py): in/a.py, ...``: the names grouped by extension ("" for none).
+
+    Example:
+        >>> skipped_note(["d/a.py", "d/b.py", "d/c.csv"], shown=2)
+        'skipped 3 files (1 .csv, 2 .py): d/a.py, d/b.py and 1 more'
+    """
+    if not names:
+        return ""
+    counts: dict[str, int] = {}
+    for name in names:
+        ext = PurePosixPath(name).suffix.lower() or "no extension"
+        counts[ext] = counts.get(ext, 0) + 1
+    kinds = ", ".join(f"{n} {ext}" if len(counts) > 1 else ext for ext, n in sorted(counts.items()))
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    plural = "s" if len(names) != 1 else ""
+    return f"skipped {len(names)} file{plural} ({kinds}): {', '.join(names[:shown])}{more}"
+
+
+def find_sources(inputs: Sequence[str | Path]) -> Found:
+    """The input files of ``inputs`` (files and folders, searched recursively), in a fixed order,
+    and the names of the files in those folders that are not read.
 
     Raises:
-        DataError: an input that does not exist, a file of an unknown kind, a folder with no
-            readable file, or two inputs that give the same name.
+        DataError: an input that does not exist or is not a regular file, a file of an unknown
+            kind, a folder with no readable file, or two inputs that give the same name.
     """
     found: dict[str, SourceFile] = {}
+    skipped: list[str] = []
     for given in inputs:
         path = Path(given)
         if path.is_dir():
-            files = sorted(
-                p
-                for p in path.rglob("*")
-                if p.is_file()
-                and _readable(p)
-                and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            )
-            if not files:
-                raise DataError(
-                    f"Input folder {path} holds no file gpt prepare reads. Expected files named "
-                    f"*{', *'.join(SUFFIXES)} (optionally ending in .gz or .zst); hidden files are "
-                    "skipped."
-                )
-            pairs = [(f, f"{path.name}/{f.relative_to(path).as_posix()}") for f in files]
+            pairs, other = _folder_files(path)
+            skipped += other
         elif path.is_file():
             if not _readable(path):
                 raise DataError(
@@ -92,6 +110,11 @@ def find_sources(inputs: Sequence[str | Path]) -> list[SourceFile]:
                     "plain text file as .txt) or leave it out."
                 )
             pairs = [(path, path.name)]
+        elif path.exists():
+            raise DataError(
+                f"Input {path} is not a regular file or a folder (a named pipe, a device or a "
+                "socket), and gpt prepare reads files. Save the stream to a file and give that."
+            )
         else:
             raise DataError(
                 f"Input {path} does not exist. Give text files (.txt, .md), .jsonl or .parquet "
@@ -105,16 +128,40 @@ def find_sources(inputs: Sequence[str | Path]) -> list[SourceFile]:
                     "folders instead."
                 )
             found[name] = SourceFile(file, name, file.stat().st_size)
-    return sorted(found.values(), key=lambda s: s.name)
+    return Found(sorted(found.values(), key=lambda s: s.name), sorted(set(skipped)))
 
 
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's bytes, read in 8 MiB pieces."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while piece := f.read(1 << 23):
-            digest.update(piece)
-    return digest.hexdigest()
+def _folder_files(folder: Path) -> tuple[list[tuple[Path, str]], list[str]]:
+    """(file, name) of each readable file below ``folder``, and the names of its other files."""
+    named = [
+        (p, f"{folder.name}/{p.relative_to(folder).as_posix()}")
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    ]
+    pairs = [(f, name) for f, name in named if _readable(f)]
+    other = [name for f, name in named if not _readable(f)]
+    if not pairs:
+        seen = f" ({skipped_note(other)})" if other else ""
+        raise DataError(
+            f"Input folder {folder} holds no file gpt prepare reads{seen}. Expected files named "
+            f"*{', *'.join(SUFFIXES)} (optionally ending in .gz or .zst); hidden files are "
+            "skipped. Rename plain text files to .txt to include them."
+        )
+    return pairs, other
+
+
+def check_extras(files: Sequence[SourceFile]) -> None:
+    """Every optional package the inputs need is installed: checked before any work, not hours in
+    when the first such file is reached.
+
+    Raises:
+        DataError: a missing extra, naming it and the file that needs it.
+    """
+    for f in files:
+        if f.path.suffix.lower() == ".zst":
+            _extra("zstandard", "zstd", f.path)
+        if f.kind == "parquet":
+            _extra("pyarrow.parquet", "parquet", f.path)
 
 
 def read_documents(source: SourceFile, *, text_field: str, skip: int = 0) -> Iterator[Document]:
@@ -122,11 +169,47 @@ def read_documents(source: SourceFile, *, text_field: str, skip: int = 0) -> Ite
 
     Raises:
         DataError: a ``.jsonl`` line that is not JSON or has no string ``text_field``, a parquet
-            file without the column, or a missing optional extra.
+            file without the column, a file that is cut short or damaged (a truncated ``.gz``,
+            bytes that are not Parquet), or a missing optional extra; each names the file.
     """
-    if source.kind == "parquet":
-        yield from _parquet(source, text_field, skip)
-        return
+    read = 0  # documents yielded, for a message about a file that ends early
+    try:
+        documents = _parquet(source, text_field, skip) if source.kind == "parquet" else (
+            _lines_or_text(source, text_field, skip)
+        )  # fmt: skip
+        for doc in documents:
+            read += 1
+            yield doc
+    except DataError:
+        raise  # already names the file and line (a DataError is a ValueError too)
+    except Exception as err:
+        if not _damaged(err):
+            raise
+        raise DataError(_unreadable(source, err, skip + read)) from err
+
+
+def _damaged(err: Exception) -> bool:
+    """Whether ``err`` is what a cut-short or damaged file raises while it is read: gzip
+    (EOFError; BadGzipFile, an OSError; zlib.error), zstandard (ZstdError) or pyarrow (its
+    ArrowException base: ArrowInvalid for bytes that are not Parquet). The optional extras'
+    classes are told by name, so that neither has to be installed to read the others."""
+    names = {cls.__name__ for cls in type(err).__mro__}
+    return isinstance(err, EOFError | OSError | zlib.error) or bool(
+        names & {"ZstdError", "ArrowException"}
+    )
+
+
+def _unreadable(source: SourceFile, err: Exception, documents: int) -> str:
+    what = "ends early: it was cut short" if isinstance(err, EOFError) else "is damaged"
+    after = f"after {documents:,} documents; " if documents else ""
+    return (
+        f"{source.path} {what} ({after}{type(err).__name__}: {str(err)[:200]}). It may be an "
+        "interrupted download or copy, or not the kind of file its name says; fetch it again, or "
+        "leave it out of the inputs."
+    )
+
+
+def _lines_or_text(source: SourceFile, text_field: str, skip: int) -> Iterator[Document]:
     with _open_binary(source.path) as raw:
         if source.kind == "text":
             if skip == 0:

@@ -17,6 +17,7 @@ import orbax.checkpoint as ocp
 
 from .._distributed.processes import is_primary
 from .._errors import UsageError
+from .abandoned_reads import abandoned_reads_awaited
 from .digest import (
     PendingDigest,
     check_shapes,
@@ -370,7 +371,8 @@ def _restore_step(
     if recorded is not None:
         check_shapes(targets, recorded)  # so does a changed model config: no read is started
     args = {name: ocp.args.StandardRestore(target) for name, target in targets.items()}
-    out = manager.restore(step, args=ocp.args.Composite(**args, meta=ocp.args.JsonRestore()))
+    with abandoned_reads_awaited():
+        out = manager.restore(step, args=ocp.args.Composite(**args, meta=ocp.args.JsonRestore()))
     items = {name: out[name] for name in targets}
     if recorded is not None:
         verify(items, recorded)

@@ -8,6 +8,6 @@ its ``gpt-models`` model type in ``lm_eval_model.py``), the memory pre-flight of
 ``--profile`` (``profiling.py``), signals (``signals.py``) and the host allocator
 (``host_memory.py``).
 
-Layer 5 of gpt_models. May import every layer below: ``.._errors``, ``.._config``, ``.._data``,
-``.._distributed``, ``.._model``, ``.._runs``.
+Layer 5 of gpt_models. May import every layer below: ``.._errors``, ``.._console``, ``.._config``,
+``.._data``, ``.._distributed``, ``.._model``, ``.._runs``.
 """

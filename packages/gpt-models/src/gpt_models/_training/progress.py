@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from .._console import FILE_LINES, StatusLine
 from .profiling import StepTimes
 
 
@@ -27,7 +28,7 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    """A one-line progress bar (rewritten in place on a terminal, printed every few % otherwise).
+    """A one-line progress bar (rewritten in place on a terminal, a line every 5% otherwise).
 
     The train loss and the validation loss are shown in one unit: nats per byte (the train loss,
     per token in the step, divided by the data's ``bytes_per_token``, as ``loss.png`` shows it), or
@@ -44,7 +45,8 @@ class Progress:
             peak,
         )
         self.stream = stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.status = StatusLine(self.stream)
+        self.tty = self.status.tty
         self.timer_start: float | None = None
         self.timer_steps = 0
         self.val: float | None = None
@@ -87,21 +89,14 @@ class Progress:
 
     def update(self, step: int, loss: float, *, force: bool = False) -> None:
         self.tick(step)
-        every = self.every if self.tty else max(self.every, self.total // 20)
+        every = self.every if self.tty else max(self.every, self.total // FILE_LINES)
         if not force and step % every and step != self.total:
             return
-        text = self.line(step, loss)
-        if self.tty:
-            self.stream.write("\r" + text + "\x1b[K")
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+        self.status.write(self.line(step, loss))
         self.last_print = step
 
     def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+        self.status.close()
 
 
 def plot_losses(metrics: Any, path: str | Path, bytes_per_token: float | None = 1.0) -> None:

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._config.schema import ModelConfig
+from .._console import StatusLine
 from .._model.gpt import forward
 from .evaluate import _on_one_device
 
@@ -42,11 +43,13 @@ def score_windows(params: Any, model: ModelConfig, windows: list[np.ndarray], *,
     """For each token window (at most ``seq_len + 1`` ids), the log-probability of each of its tokens
     after the first given the ones before it (float64), and whether it was the greedy choice.
 
-    ``stream`` gets a progress line (``label: k/n windows``) rewritten after each batch.
+    ``stream`` gets a progress line (``label: k/n windows``): redrawn on a terminal, a line every
+    5% of the windows in a file.
     """
     width = model.seq_len + 1
     fn = _compiled(model)
     out: list[tuple[np.ndarray, np.ndarray]] = []
+    status = StatusLine(stream, total=len(windows))
     for start in range(0, len(windows), batch_size):
         chunk = windows[start : start + batch_size]
         batch = np.zeros((batch_size, width), np.int32)
@@ -56,9 +59,9 @@ def score_windows(params: Any, model: ModelConfig, windows: list[np.ndarray], *,
         for row, w in enumerate(chunk):
             n = len(w) - 1
             out.append((np.asarray(logp[row, :n], np.float64), np.asarray(greedy[row, :n])))
-        if stream is not None:
-            end = "\n" if len(out) == len(windows) else ""
-            print(f"\r{label}: {len(out)}/{len(windows)} windows", end=end, file=stream, flush=True)
+        if status.due(len(out), final=len(out) == len(windows)):
+            status.write(f"{label}: {len(out)}/{len(windows)} windows")
+    status.close()
     return out
 
 

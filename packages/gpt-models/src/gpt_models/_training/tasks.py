@@ -13,6 +13,7 @@ kept whole and the context is cut from the left; such examples are counted in ``
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -52,7 +53,7 @@ class TaskScore:
     continuation is the target); ``acc_norm``: the same with likelihoods per byte of the choice
     (equal to ``acc`` for cloze); ``chance``: the expected ``acc`` of guessing (0 for cloze);
     ``truncated``: examples whose context was cut from the left to fit; ``loglik``: each example's
-    choice log-likelihoods (nats).
+    choice log-likelihoods (nats); ``path``: the task file, absolute (two files may share a name).
     """
 
     task: str
@@ -64,6 +65,7 @@ class TaskScore:
     truncated: int
     examples_per_s: float
     loglik: tuple[tuple[float, ...], ...]
+    path: str = ""
 
     def summary(self) -> dict[str, Any]:
         """The numbers without the per-example log-likelihoods (for tables and metrics)."""
@@ -81,15 +83,28 @@ def load_task(path: str | Path, format: str | None = None) -> tuple[str, list[Ta
     if format is not None and format not in FORMATS:
         raise UsageError(f"Unknown task format {format!r}; expected one of {', '.join(FORMATS)}.")
     if not path.is_file():
-        raise DataError(f"Task file {path} does not exist. Pass a JSONL file, one example a line.")
+        what = "is not a regular file" if path.exists() else "does not exist"
+        raise DataError(f"Task file {path} {what}. Pass a JSONL file, one example a line.")
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, raw in enumerate(path.read_bytes().splitlines(), 1):
+        line = _utf8_line(raw, f"{path}:{n}")
         if line.strip():
             rows.append((f"{path}:{n}", _parse(line, f"{path}:{n}")))
     if not rows:
         raise DataError(f"Task file {path} holds no examples; expected one JSON object a line.")
     fmt = format or _guess(rows[0][1], rows[0][0])
     return fmt, [_example(row, where, fmt) for where, row in rows]
+
+
+def _utf8_line(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(
+            f"{where}: not UTF-8 text (byte 0x{raw[err.start]:02x} at column {err.start + 1}). "
+            "Task files are JSON lines in UTF-8; convert the file, e.g. iconv -f latin1 -t utf-8 "
+            "FILE > FILE.utf8.jsonl."
+        ) from err
 
 
 def _parse(line: str, where: str) -> dict[str, Any]:
@@ -223,6 +238,7 @@ class PreparedTask:
     windows: list[np.ndarray]
     spans: list[int]  # how many tokens at the end of each window are the choice's
     truncated: int
+    path: str = ""
 
     def score(self, params: Any, *, batch_size: int = 8, stream: TextIO | None = None,
               started: float | None = None) -> TaskScore:  # fmt: skip
@@ -245,6 +261,7 @@ class PreparedTask:
             task=self.name, format=self.format, examples=len(self.examples), acc=acc,
             acc_norm=acc_norm, chance=chance, truncated=self.truncated,
             examples_per_s=len(self.examples) / max(seconds, 1e-9), loglik=tuple(loglik),
+            path=self.path,
         )  # fmt: skip
 
 
@@ -255,7 +272,8 @@ def prepare_task(path: str | Path, config: Config, *, format: str | None = None,
     windows, spans, truncated = _windows(
         examples, tokenizer or ByteTokenizer(), config.model.seq_len
     )
-    return PreparedTask(Path(path).stem, fmt, examples, config, windows, spans, truncated)
+    return PreparedTask(Path(path).stem, fmt, examples, config, windows, spans, truncated,
+                        str(Path(path).resolve()))  # fmt: skip
 
 
 def _accuracies(fmt: str, examples: list[TaskExample], loglik: list[tuple[float, ...]],
@@ -330,13 +348,17 @@ def _windows(examples: list[TaskExample], tok: Tokenizer, seq_len: int) -> tuple
 
 
 def save_task_score(score: TaskScore, run: str | Path, step: int) -> Path:
-    """Write ``score`` as ``RUN/evals/<task>-<step>.json`` (atomically: a temp file, then a rename)."""
+    """Write ``score`` as ``RUN/evals/<task>-<key>-<step>.json`` (atomically: a temp file, then a
+    rename), where ``<key>`` is 8 hex digits of the sha256 of the task file's absolute path: two
+    files of one name (``a/val.jsonl``, ``b/val.jsonl``) never share a result file, and the same
+    file evaluated again at the same step replaces its own."""
     folder = Path(run) / "evals"
     folder.mkdir(exist_ok=True)
     name = (
         "".join(c if c.isalnum() or c in "-_." else "_" for c in score.task).lstrip(".") or "task"
     )
-    target = folder / f"{name}-{step}.json"
+    key = hashlib.sha256((score.path or score.task).encode()).hexdigest()[:8]
+    target = folder / f"{name}-{key}-{step}.json"
     tmp = folder / f".{target.name}.tmp"
     tmp.write_text(json.dumps(dataclasses.asdict(score) | {"step": step}, indent=1) + "\n")
     tmp.replace(target)

@@ -202,9 +202,11 @@ def encode_file(tok: Tokenizer, file: Path) -> np.ndarray:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
         raise DataError(
-            f"evaluate_text: {file} is not UTF-8 text ({err}). Bits per byte are measured on text; "
-            "convert the file to UTF-8 or leave it out."
+            f"evaluate_text: {file}:{line} is not UTF-8 text (byte 0x{data[err.start]:02x} at "
+            f"byte offset {err.start}). Bits per byte are measured on text; convert the file to "
+            "UTF-8 or leave it out."
         ) from err
     if isinstance(tok, ByteTokenizer):
         return np.frombuffer(data, np.uint8).astype(np.int32)
