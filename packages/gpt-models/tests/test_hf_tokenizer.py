@@ -159,7 +159,9 @@ def _store_bpe(tmp_path: Path) -> BPETokenizer:
     (tmp_path / "in").mkdir()
     for i in range(10):
         (tmp_path / "in" / f"{i}.txt").write_text(default_corpus()[i * 3000 : (i + 1) * 3000])
-    prepare([tmp_path / "in"], tmp_path / "st", tokenizer="bpe", bpe_vocab_size=300)
+    prepare(
+        [tmp_path / "in"], tmp_path / "st", tokenizer="bpe", bpe_vocab_size=300, val_fraction=0.1
+    )
     return BPETokenizer.load(tmp_path / "st" / "tokenizer.json")
 
 
