@@ -1,9 +1,10 @@
 """``MultiHeadAttention`` and ``rope``, split by concern; each module imports only those above it.
 
-- ``_rope``: rotary position embeddings;
-- ``_masks``: the user's mask shaped for the logits of each core;
+- ``_rope``: rotary position embeddings, and positions within packed segments;
+- ``_masks``: the user's mask and segment ids, shaped for the logits of each core;
 - ``_cores``: the attention cores (``blocked``, ``xla``, ``cudnn``) and how ``auto`` picks one;
-- ``_projections``: the layer's query/key/value/out projections;
+- ``_options``: checks of the layer's constructor options;
+- ``_projections``: the layer's query/key/value/out projections (with their LoRA adapters);
 - ``_cache``: the key/value cache and one cached decoding step;
 - ``_layer``: ``MultiHeadAttention`` itself, which puts them together.
 

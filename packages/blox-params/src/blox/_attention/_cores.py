@@ -144,7 +144,9 @@ def _fused(
     """Attention through ``jax.nn.dot_product_attention``, which wants one batch axis.
 
     Its ``is_causal`` aligns query ``t`` with key ``t``; ours aligns the queries to the end
-    of the keys (decoding with a cache), so with ``T != S`` the causal part is a mask.
+    of the keys (decoding with a cache), so with ``T != S`` the causal part is a mask. Segment
+    ids arrive inside ``mask``: the function has no argument of its own for them in any JAX
+    this package supports (0.7.2 to 0.12).
     """
     batch, (T, S) = q.shape[:-3], (q.shape[-3], k.shape[-3])
     heads, head_dim = q.shape[-2], q.shape[-1]

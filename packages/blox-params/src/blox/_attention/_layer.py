@@ -1,5 +1,5 @@
-"""``MultiHeadAttention``: grouped KV heads, RoPE, QK-norm, causal/padding masks, a KV cache,
-attention-probability dropout."""
+"""``MultiHeadAttention``: grouped KV heads, RoPE, QK-norm, causal/padding masks, packed rows,
+a KV cache, attention-probability dropout, LoRA on its projections."""
 
 from __future__ import annotations
 
@@ -9,24 +9,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from core_primitives import did_you_mean
-
 from .._checks import positive_int, static_flag
-from .._dropout import _is_rate
-from .._errors import RngError
 from .._graph import Graph
+from .._lora import LoRA, check_lora
 from .._module import Initializer, Module
 from .._norm import RMSNorm
 from .._params import Params
 from .._rng import Rng
 from . import _cache
-from ._cores import IMPLEMENTATIONS, attend, choose
-from ._masks import layer_mask
+from ._cores import attend, choose
+from ._masks import check_segment_ids, layer_mask
+from ._options import check_dropout, check_implementation, check_metadata
 from ._projections import output, project
-from ._rope import rope
-
-# Parameter names of MultiHeadAttention whose metadata can be given, for the `metadata` option.
-_PARAM_NAMES = ("query", "key", "value", "out", "query_bias", "key_bias", "value_bias", "out_bias")
+from ._rope import call_positions, rope
 
 
 class MultiHeadAttention(Module):
@@ -39,6 +34,13 @@ class MultiHeadAttention(Module):
     float masks work); an additive mask (0 / -inf) is not supported, convert it with
     ``mask == 0``. ``causal=True`` lets query ``t`` see keys up to
     ``t + S - T`` (queries aligned to the end of the keys, as when decoding with a cache).
+
+    Packed rows (self-attention): ``segment_ids`` ``(*batch, T)`` integers label which example
+    each token belongs to; a token attends only to tokens with its id, on top of ``mask`` and
+    ``causal``, and with RoPE it is rotated by its position within its example (the number of
+    earlier tokens with its id). So a row packing several examples gives each one the output
+    it gets alone. ``positions`` ``(T,)`` or ``(*batch, T)`` sets the RoPE positions of
+    self-attention instead (e.g. from a data pipeline).
 
     Keyword arguments passed on as in the base layer:
 
@@ -87,6 +89,15 @@ class MultiHeadAttention(Module):
             ``blocked`` while dropping and its usual choice otherwise. The masks depend on the
             key and on ``causal_block`` (each block of query rows folds its first row into the
             key), not on anything else.
+        lora: a ``bx.LoRA``: low-rank adapters next to the ``query``, ``key``, ``value`` and
+            ``out`` kernels its ``targets`` select (``query_lora_a``, ``query_lora_b``, ...).
+            With LoRA dropout, every call says ``is_training=``.
+
+    Segment ids in each core: ``blocked`` folds them into its mask block by block; ``xla``
+    and ``cudnn`` pass them as part of ``jax.nn.dot_product_attention``'s boolean ``mask``,
+    since it has no segment-id argument in any JAX this package supports (0.7.2 to 0.12).
+    cuDNN turns such a mask into a ``(batch, 1, T, T)`` bias, so packed rows cost that much
+    memory there, which plain causal cuDNN attention does not.
 
     Params: ``query (D, H, hd)``, ``key (Dkv, KVH, hd)``, ``value (Dkv, KVH, hd)``,
     ``out (H, hd, output_size)``; with ``qk_norm`` also ``query_norm/scale`` and
@@ -142,16 +153,11 @@ class MultiHeadAttention(Module):
         causal_block: int | None = None,
         implementation: str = "auto",
         dropout_rate: float = 0.0,
+        lora: LoRA | None = None,
     ) -> None:
         super().__init__(graph)
-        if implementation not in IMPLEMENTATIONS:
-            raise ValueError(
-                f"{self.name}: implementation={implementation!r} is not an attention core; "
-                f"choose one of {list(IMPLEMENTATIONS)}."
-                f"{did_you_mean(str(implementation), IMPLEMENTATIONS)}"
-            )
-        self.implementation = implementation
-        self.dropout_rate = self._check_dropout(dropout_rate, implementation, rng)
+        self.implementation = check_implementation(self.name, implementation)
+        self.dropout_rate = check_dropout(self.name, dropout_rate, implementation, rng)
         num_heads = positive_int(num_heads, "num_heads", self)
         self.causal_block = (
             None if causal_block is None else positive_int(causal_block, "causal_block", self)
@@ -180,7 +186,8 @@ class MultiHeadAttention(Module):
         )
         self.out_init = out_init or jax.nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2)
         self.dtype, self.param_dtype = dtype, param_dtype
-        self.metadata = self._check_metadata(metadata)
+        self.metadata = check_metadata(self.name, metadata)
+        self.lora = check_lora(lora, self)
         self.qk_norm = bool(qk_norm)
         self.query_norm = self.key_norm = None
         if self.qk_norm:
@@ -195,38 +202,6 @@ class MultiHeadAttention(Module):
                 for name in ("query_norm", "key_norm")
             )
 
-    def _check_dropout(self, rate: Any, implementation: str, rng: Rng | None) -> float:
-        if not _is_rate(rate):
-            raise ValueError(
-                f"{self.name}: dropout_rate must be in [0, 1), got {rate!r}. It is the "
-                "probability of zeroing an attention weight; 0 turns dropout off."
-            )
-        rate = float(rate)
-        if rate > 0 and implementation in ("xla", "cudnn"):
-            raise ValueError(
-                f"{self.name}: dropout_rate={rate} needs the blocked attention core, but "
-                f"implementation={implementation!r} runs jax.nn.dot_product_attention, which has "
-                "no dropout. Use implementation='auto' (blocked while dropping, the backend's "
-                "best otherwise) or 'blocked', or dropout_rate=0."
-            )
-        if rate > 0 and rng is None:
-            raise RngError(
-                f"{self.name}: dropout_rate={rate} needs an Rng to draw its masks. Pass the "
-                "model's: bx.MultiHeadAttention(graph / 'attn', ..., rng=rng, dropout_rate=rate)."
-            )
-        return rate
-
-    def _check_metadata(self, metadata: Any) -> dict[str, Any]:
-        metadata = dict(metadata or {})
-        known = (*_PARAM_NAMES, "query_norm", "key_norm")
-        unknown = sorted(set(metadata) - set(known))
-        if unknown:
-            raise ValueError(
-                f"{self.name}: metadata names unknown parameters {unknown}; the known ones are "
-                f"{list(known)}.{did_you_mean(unknown[0], known)}"
-            )
-        return metadata
-
     def __call__(
         self,
         params: Params,
@@ -236,27 +211,22 @@ class MultiHeadAttention(Module):
         causal: bool = False,
         decode: bool = False,
         *,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
         is_training: bool | None = None,
     ) -> tuple[jax.Array, Params]:
         """Attend; see the class. ``is_training`` switches dropout (required with a rate > 0)."""
-        x = jnp.asarray(x)
-        kv = x if kv is None else jnp.asarray(kv)
-        if x.ndim < 2 or kv.ndim < 2:
-            raise ValueError(
-                f"{self.name} expects inputs (..., T, features), got x {x.shape} and kv "
-                f"{kv.shape}. For a single token use x[None]."
-            )
-        try:
-            jnp.broadcast_shapes(x.shape[:-2], kv.shape[:-2])
-        except ValueError as err:  # else a bare einsum error about label sizes
-            raise ValueError(
-                f"{self.name}: the batch axes of x {x.shape} and kv {kv.shape} (all but the last "
-                f"two) do not match: {x.shape[:-2]} vs {kv.shape[:-2]}. Queries and keys must "
-                "come from the same examples."
-            ) from err
-        q, params = project(self, params, "query", x, self.num_heads)  # (..., T, H, hd)
-        k, params = project(self, params, "key", kv, self.num_kv_heads)  # (..., S, K, hd)
-        v, params = project(self, params, "value", kv, self.num_kv_heads)
+        cross = kv is not None
+        x, kv = self._inputs(x, kv)
+        if segment_ids is not None:
+            segment_ids = check_segment_ids(self.name, segment_ids, x.shape[:-1], cross, decode)
+        rotate = call_positions(
+            self.name, self.use_rope, positions, segment_ids, x.shape[:-1], cross, decode
+        )
+        # q (..., T, H, hd); k, v (..., S, KVH, hd)
+        q, params = project(self, params, "query", x, self.num_heads, is_training)
+        k, params = project(self, params, "key", kv, self.num_kv_heads, is_training)
+        v, params = project(self, params, "value", kv, self.num_kv_heads, is_training)
         if self.qk_norm:
             assert self.query_norm is not None and self.key_norm is not None
             q, params = self.query_norm(params, q)
@@ -272,13 +242,32 @@ class MultiHeadAttention(Module):
             causal = False
         else:
             if self.use_rope:
-                q = rope(q, jnp.arange(T), self.rope_base)
-                k = rope(k, jnp.arange(S), self.rope_base)
-            full = layer_mask(
-                self.name, mask, q.shape[:-3], (self.num_heads, self.num_kv_heads), T, S
-            )
+                assert rotate is not None  # call_positions gives some whenever RoPE is on
+                q = rope(q, rotate, self.rope_base)
+                k = rope(k, jnp.arange(S) if cross else rotate, self.rope_base)
+            heads = (self.num_heads, self.num_kv_heads)
+            full = layer_mask(self.name, mask, q.shape[:-3], heads, T, S, segment_ids)
         out = self._attend(q, k, v, full, causal, drop_key)
-        return output(self, params, out, self.output_size or x.shape[-1])
+        return output(self, params, out, self.output_size or x.shape[-1], is_training)
+
+    def _inputs(self, x: Any, kv: Any) -> tuple[jax.Array, jax.Array]:
+        """``x`` and ``kv`` (default ``x``) as arrays ``(..., T or S, features)``, checked."""
+        x = jnp.asarray(x)
+        kv = x if kv is None else jnp.asarray(kv)
+        if x.ndim < 2 or kv.ndim < 2:
+            raise ValueError(
+                f"{self.name} expects inputs (..., T, features), got x {x.shape} and kv "
+                f"{kv.shape}. For a single token use x[None]."
+            )
+        try:
+            jnp.broadcast_shapes(x.shape[:-2], kv.shape[:-2])
+        except ValueError as err:  # else a bare einsum error about label sizes
+            raise ValueError(
+                f"{self.name}: the batch axes of x {x.shape} and kv {kv.shape} (all but the last "
+                f"two) do not match: {x.shape[:-2]} vs {kv.shape[:-2]}. Queries and keys must "
+                "come from the same examples."
+            ) from err
+        return x, kv
 
     def _dropping(self, is_training: bool | None) -> bool:
         """Whether this call drops attention weights (``is_training`` checked to be static)."""

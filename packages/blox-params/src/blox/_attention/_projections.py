@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 import jax
 
+from .._dense import dense
 from .._dtypes import promote
-from .._linear import dense
+from .._lora import lora_delta
 from .._params import Params
 
 if TYPE_CHECKING:
@@ -19,9 +20,17 @@ if TYPE_CHECKING:
 
 
 def project(
-    mha: MultiHeadAttention, params: Params, name: str, x: jax.Array, heads: int
+    mha: MultiHeadAttention,
+    params: Params,
+    name: str,
+    x: jax.Array,
+    heads: int,
+    is_training: bool | None,
 ) -> tuple[jax.Array, Params]:
-    """``x (..., D)`` through the kernel ``name`` ``(D, heads, head_dim)``: ``(..., heads, hd)``."""
+    """``x (..., D)`` through the kernel ``name`` ``(D, heads, head_dim)``: ``(..., heads, hd)``.
+
+    Plus the LoRA path of the kernel when the layer's ``lora`` targets it.
+    """
     shape = (x.shape[-1], heads, mha.head_dim)
     w, params = mha.get_param(
         params,
@@ -41,15 +50,21 @@ def project(
             mha.param_dtype,
             metadata=mha.metadata.get(f"{name}_bias"),
         )
+    delta, params = lora_delta(mha.lora, mha, params, name, x, 1, shape[1:], is_training)
     x, w, b = promote(mha.dtype, x, w, b)
     y = dense(x, w)
+    y = y if delta is None else y + delta
     return (y + b if b is not None else y), params
 
 
 def output(
-    mha: MultiHeadAttention, params: Params, out: jax.Array, size: int
+    mha: MultiHeadAttention,
+    params: Params,
+    out: jax.Array,
+    size: int,
+    is_training: bool | None,
 ) -> tuple[jax.Array, Params]:
-    """The heads ``out (..., H, hd)`` through the kernel ``out`` ``(H, hd, size)``."""
+    """The heads ``out (..., H, hd)`` through the kernel ``out`` ``(H, hd, size)`` (and LoRA)."""
     shape = (mha.num_heads, mha.head_dim, size)
     w, params = mha.get_param(
         params, "out", shape, mha.out_init, mha.param_dtype, metadata=mha.metadata.get("out")
@@ -64,6 +79,8 @@ def output(
             mha.param_dtype,
             metadata=mha.metadata.get("out_bias"),
         )
+    delta, params = lora_delta(mha.lora, mha, params, "out", out, 2, (size,), is_training)
     out, w, b = promote(mha.dtype, out, w, b)
     y = dense(out, w, in_axes=2)
+    y = y if delta is None else y + delta
     return (y + b if b is not None else y), params
