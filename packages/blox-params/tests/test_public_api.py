@@ -17,6 +17,7 @@ EXPECTED = {
     "LSTMState",
     "LayerNorm",
     "Linear",
+    "LoRA",
     "LockedParamsError",
     "MLP",
     "Metadata",

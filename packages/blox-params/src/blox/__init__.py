@@ -21,6 +21,7 @@ from ._errors import RngError as RngError
 from ._graph import Graph as Graph
 from ._linear import Embed as Embed
 from ._linear import Linear as Linear
+from ._lora import LoRA as LoRA
 from ._module import Module as Module
 from ._norm import BatchNorm as BatchNorm
 from ._norm import GroupNorm as GroupNorm

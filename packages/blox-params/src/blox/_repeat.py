@@ -95,15 +95,30 @@ class Repeat(Module):
 
         body = jax.checkpoint(step, policy=self.remat_policy) if self.remat else step
         if not self.is_static:
-            (y, rest), stacked = jax.lax.scan(body, (x, rest), stacked)
-            return y, params.merge(rest).merge(stacked)
+            (y, rest), new = jax.lax.scan(body, (x, rest), stacked)
+            return y, params.merge(rest).merge(self._created_inside(new, stacked))
         carry, outs = (x, rest), []
         for i in range(self.num_layers):
             carry, out = body(carry, jax.tree.map(lambda a, i=i: a[i], stacked))
             outs.append(out)
         (y, rest) = carry
-        stacked = jax.tree.map(lambda *a: jnp.stack(a), *outs)
-        return y, params.merge(rest).merge(stacked)
+        new = jax.tree.map(lambda *a: jnp.stack(a), *outs)
+        return y, params.merge(rest).merge(self._created_inside(new, stacked))
+
+    def _created_inside(self, new: Params, before: Params) -> Params:
+        """``new`` with the layer axis added to the metadata of params the copies created.
+
+        A layer can create parameters on a later call, inside the loop: LoRA adapters added to
+        a stack loaded without them, say. Each copy creates its own (with its own key from the
+        carried ``Rng``) and the loop stacks them; here they get the leading logical axis that
+        ``_init`` gives the others.
+        """
+        created = {
+            path: self._stacked_param(entry)
+            for path, entry in new.items()
+            if path not in before and entry.logical_axes is not None
+        }
+        return new.merge(Params(created)) if created else new
 
     def _check_carry(self, before: Any, after: Any) -> Any:
         """``after`` if it has ``before``'s structure, shapes and dtypes (the scan carry).

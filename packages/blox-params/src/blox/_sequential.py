@@ -14,6 +14,7 @@ from core_primitives import did_you_mean
 from ._dropout import Dropout
 from ._graph import Graph
 from ._linear import Linear
+from ._lora import LoRA
 from ._module import Initializer, Module
 from ._params import Params
 from ._rng import Rng
@@ -34,7 +35,7 @@ class Sequential(Module):
     """Run layers in order: modules as ``x, params = layer(params, x)``, functions as ``x = f(x)``.
 
     Keyword arguments of the call go to each module that accepts them (``is_training=`` reaches
-    ``Dropout`` and ``BatchNorm`` but not ``Linear``).
+    ``Dropout``, ``BatchNorm`` and ``Linear``, whose LoRA dropout reads it).
 
     Args:
         graph: the node to bind to (the layers bind to their own nodes, usually children).
@@ -122,6 +123,8 @@ class MLP(Module):
             'embed')}]`` for paramspec (a gate uses its layer's).
         bias_metadata: the same for the biases (with ``use_bias``), e.g. ``[{'logical_axes':
             ('mlp',)}, {'logical_axes': ('embed',)}]``.
+        lora: a ``bx.LoRA`` given to every ``Linear`` (its ``targets`` pick kernels by path,
+            e.g. ``('net', 'mlp', 'gate_0', 'kernel')``); ``is_training=`` reaches them.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -156,6 +159,7 @@ class MLP(Module):
         bias_metadata: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
+        lora: LoRA | None = None,
     ) -> None:
         super().__init__(graph)
         sizes = [] if isinstance(output_sizes, (int, str)) else list(output_sizes)
@@ -182,6 +186,7 @@ class MLP(Module):
                 bias_metadata=bias_metas[i],
                 dtype=dtype,
                 param_dtype=param_dtype,
+                lora=lora,
             )
 
         self.layers = [linear("linear", i) for i in range(len(sizes))]
@@ -212,9 +217,9 @@ class MLP(Module):
     ) -> tuple[jax.Array, Params]:
         last = len(self.layers) - 1
         for i, (layer, gate, drop) in enumerate(zip(self.layers, self.gates, self.dropouts)):
-            h, params = layer(params, x)
+            h, params = layer(params, x, is_training=is_training)
             if gate is not None:
-                g, params = gate(params, x)
+                g, params = gate(params, x, is_training=is_training)
                 h = self.activation(g) * h
             elif i < last or self.activate_final:
                 h = self.activation(h)
