@@ -222,7 +222,7 @@ def bench_throughput(name: str, cfg: Config, rounds: int, steps: int) -> dict:
             float(loss)
         times["plain"].append(time.perf_counter() - t)
     tokens = steps * cfg.train.batch_size * cfg.model.seq_len
-    peak = peak_flops(jax.devices()[:1], compute_dtype(cfg.model), cfg.train.peak_flops)
+    peak = peak_flops(jax.devices()[:1], compute_dtype(cfg.model), cfg.log.peak_flops)
     fpt = flops_per_token(cfg.model)
     out = {"name": name, "params": param_count(cfg.model), "compile_s": compile_s, "peak": peak}
     for k, v in times.items():

@@ -115,7 +115,9 @@ def test_unknown_key_suggests_and_lists():
 
 
 def test_unknown_section_lists_sections():
-    with pytest.raises(ConfigError, match=r"Valid sections: 'data', 'log', 'mesh', 'model'"):
+    with pytest.raises(
+        ConfigError, match=r"Valid sections: 'data', 'eval', 'init', 'log', 'mesh', 'model'"
+    ):
         apply_overrides(PRESETS["tiny"], {"modle.x": "3"}, from_text=True)
 
 
@@ -194,3 +196,25 @@ def test_partial_toml_file_uses_named_preset(tmp_path):
     path.write_text("[train]\nstpes = 7\n")
     with pytest.raises(ConfigError, match=r"In .*mine.toml: Unknown config key 'train.stpes'"):
         load_config(str(path))
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("train.init_from", "init.source"),
+        ("train.eval_tasks", "eval.tasks"),
+        ("train.peak_flops", "log.peak_flops"),
+    ],
+)
+def test_a_moved_key_names_its_new_place(old, new, tmp_path):
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(PRESETS["tiny"], {old: "1"}, from_text=True)
+    section, name = new.split(".")
+    assert str(info.value) == (
+        f"Config key {old!r} moved to {new!r}. Use --set {new}=..., or in a TOML file (a run's "
+        f"config.toml too) [{section}] {name} = ... in place of {old}."
+    )
+    old_section, old_name = old.split(".")
+    (tmp_path / "old.toml").write_text(f"[{old_section}]\n{old_name} = 1\n")
+    with pytest.raises(ConfigError, match=f"moved to {new!r}"):
+        load_config(str(tmp_path / "old.toml"))

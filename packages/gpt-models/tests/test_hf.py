@@ -172,8 +172,8 @@ def test_train_init_from_a_hf_folder_starts_at_its_weights(tmp_path, capsys):
     # dropout (a training option, not the architecture) from --set.
     expected = dataclasses.replace(src_cfg.model, scan_layers=False, dropout=0.1)
     assert step == 3 and cfg.model == expected
-    assert cfg.train.init_from == str(source.absolute())
-    assert f'init_from = "{source.absolute()}"' in (tmp_path / "ft" / "config.toml").read_text()
+    assert cfg.init.source == str(source.absolute())
+    assert f'source = "{source.absolute()}"' in (tmp_path / "ft" / "config.toml").read_text()
     key = ("gpt", "model", "pos_embed", "embedding")
     moved = np.abs(np.asarray(params[key].value) - np.asarray(src[key].value)).max()
     assert 0 < moved < 0.1  # three small steps away from the source, not a fresh init
@@ -184,12 +184,12 @@ def test_init_from_refuses_an_architecture_change_and_a_larger_vocabulary(tmp_pa
     args = ["train", "--init-from", str(source), "--out", str(tmp_path), "--name", "x"]
     assert main([*args, "--set", "model.n_layers=2"]) == 2
     err = capsys.readouterr().err
-    assert "model.n_layers = 2 changes the architecture of train.init_from" in err
+    assert "model.n_layers = 2 changes the architecture of init.source" in err
     assert "which has model.n_layers = 1" in err
     small = tmp_path / "small"
     shutil.copytree(DATA / "hf_gpt2", small)
     assert main(["train", "--init-from", str(small), "--out", str(tmp_path), "--name", "y"]) == 2
-    assert "has 256 ids but train.init_from" in capsys.readouterr().err
+    assert "has 256 ids but init.source" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 

@@ -57,7 +57,7 @@ def test_run_folder_holds_metrics_csv_that_pandas_reads_in_one_line(tmp_path, ca
     assert main(args + TINY_SHAPES) == 0
     err = capsys.readouterr().err
     assert "note: no MFU shown: the peak FLOP/s of 'cpu' is unknown" in err
-    assert "--set train.peak_flops=" in err and "| MFU" not in err
+    assert "--set log.peak_flops=" in err and "| MFU" not in err
     metrics = pd.read_csv(tmp_path / "m" / "metrics.csv")
     assert list(metrics.columns) == [
         "step",
@@ -75,7 +75,7 @@ def test_run_folder_holds_metrics_csv_that_pandas_reads_in_one_line(tmp_path, ca
 
 
 def test_a_given_peak_shows_mfu_on_cpu(tmp_path, capsys):
-    args = ["train", "--out", str(tmp_path), "--name", "p", "--set", "train.peak_flops=1e9"]
+    args = ["train", "--out", str(tmp_path), "--name", "p", "--set", "log.peak_flops=1e9"]
     assert main(args + TINY_SHAPES) == 0
     out = capsys.readouterr()
     assert "| MFU " in out.err and "no MFU shown" not in out.err and ", MFU " in out.out

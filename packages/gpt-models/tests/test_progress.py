@@ -13,7 +13,7 @@ from gpt_models import plot_losses, train
 
 def test_progress_lines_report_loss_val_rate_mfu_and_eta(tmp_path, make_config):
     out = io.StringIO()
-    cfg = make_config(train={"peak_flops": 1e12}, mesh={"data": -1}, log={"every": 1})
+    cfg = make_config(mesh={"data": -1}, log={"every": 1, "peak_flops": 1e12})
     result = train(cfg, tmp_path / "run", stream=out, write_sample=False)
     lines = [x for x in out.getvalue().splitlines() if x.startswith("step")]
     assert len(lines) == cfg.train.steps  # not a terminal: one line per update, none rewritten

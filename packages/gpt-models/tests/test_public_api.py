@@ -10,6 +10,8 @@ EXPECTED = {
     "ConfigError",
     "DataConfig",
     "DataError",
+    "EvalConfig",
+    "InitConfig",
     "GPT",
     "LogConfig",
     "MeshConfig",

@@ -37,8 +37,9 @@ def trained(tmp_path_factory):
         model=dataclasses.replace(tiny.model, seq_len=32, d_model=32, n_layers=1, n_heads=2),
         train=dataclasses.replace(
             tiny.train, steps=STEPS, batch_size=16, warmup_steps=1, eval_every=STEPS // 2,
-            eval_batches=1, checkpoint_every=0, eval_tasks=f"{MC}, {CLOZE}",
+            eval_batches=1, checkpoint_every=0,
         ),
+        eval=dataclasses.replace(tiny.eval, tasks=f"{MC}, {CLOZE}"),
         mesh=dataclasses.replace(tiny.mesh, data=-1),
     )  # fmt: skip
     run = tmp_path_factory.mktemp("tasks") / "run"
@@ -183,10 +184,10 @@ def test_a_bad_train_eval_tasks_file_fails_before_the_run_folder(trained, tmp_pa
     cfg = trained[1]
     cfg = dataclasses.replace(
         cfg,
-        train=dataclasses.replace(cfg.train, eval_tasks=f"{MC},{tmp_path}/no.jsonl"),
+        eval=dataclasses.replace(cfg.eval, tasks=f"{MC},{tmp_path}/no.jsonl"),
         mesh=dataclasses.replace(cfg.mesh, data=-1),
     )
-    with pytest.raises(DataError, match=r"train.eval_tasks: Task file .*no.jsonl does not exist"):
+    with pytest.raises(DataError, match=r"eval.tasks: Task file .*no.jsonl does not exist"):
         train(cfg, tmp_path / "run", stream=io.StringIO())
     assert not (tmp_path / "run").exists()
 
@@ -197,7 +198,7 @@ def test_two_train_eval_tasks_with_one_name_are_refused(trained, tmp_path):
     cfg = trained[1]
     cfg = dataclasses.replace(
         cfg,
-        train=dataclasses.replace(cfg.train, eval_tasks=f"{MC},{tmp_path}/x/{MC.name}"),
+        eval=dataclasses.replace(cfg.eval, tasks=f"{MC},{tmp_path}/x/{MC.name}"),
         mesh=dataclasses.replace(cfg.mesh, data=-1),
     )
     with pytest.raises(DataError, match="names two files called 'synthetic_mc'; their metrics"):

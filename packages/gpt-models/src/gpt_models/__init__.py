@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from ._config.schema import PRESETS as PRESETS
     from ._config.schema import Config as Config
     from ._config.schema import DataConfig as DataConfig
+    from ._config.schema import EvalConfig as EvalConfig
+    from ._config.schema import InitConfig as InitConfig
     from ._config.schema import LogConfig as LogConfig
     from ._config.schema import MeshConfig as MeshConfig
     from ._config.schema import ModelConfig as ModelConfig

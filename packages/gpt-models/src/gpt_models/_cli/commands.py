@@ -389,7 +389,7 @@ def _train_config(args: argparse.Namespace) -> Config:
         # The source's architecture and tokenizer, before --set (which may still change the free
         # model keys and data.tokenizer).
         base = adopt_init_source(dataclasses.replace(
-            base, train=dataclasses.replace(base.train, init_from=args.init_from)
+            base, init=dataclasses.replace(base.init, source=args.init_from)
         ))  # fmt: skip
     cfg = apply_overrides(base, overrides, from_text=True)
     if args.resume:

@@ -108,7 +108,7 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init-from", default=None, metavar="RUN_OR_HF_DIR",
                    help="start a new run from the weights of a run folder or a Hugging Face "
                         "folder (its architecture, a fresh optimizer, step 0); shorthand for "
-                        "--set train.init_from=...")  # fmt: skip
+                        "--set init.source=...")  # fmt: skip
     p.add_argument("--auto-resume", action="store_true",
                    help="with --name: continue OUT/NAME from its newest checkpoint if it has one "
                         "(same config required), else start it; for job scripts re-run after "

@@ -145,14 +145,9 @@ class TrainConfig:
         optimizer: adamw, or muon (Muon on hidden matrices, AdamW on the rest).
         eval_every: steps between validation-loss evaluations.
         eval_batches: validation batches per evaluation (always the same windows).
-        eval_tasks: JSONL task files (comma-separated) scored at every evaluation, logged as
-            eval/<task>/acc and acc_norm; formats as `gpt eval --task` ("" = none).
         checkpoint_every: steps between checkpoints (0 = only at the end).
         keep_checkpoints: how many newest checkpoints to keep.
         seed: seed of the initial parameters and of the batch order.
-        peak_flops: peak FLOP/s per device for MFU (0 = look the device kind up; no MFU on CPU).
-        init_from: a run folder or a Hugging Face folder whose weights start this run (fresh
-            optimizer, step 0; its architecture is kept); "" = random initialisation.
     """
 
     steps: int = 600
@@ -168,12 +163,9 @@ class TrainConfig:
     optimizer: str = "adamw"
     eval_every: int = 200
     eval_batches: int = 8
-    eval_tasks: str = ""
     checkpoint_every: int = 200
     keep_checkpoints: int = 3
     seed: int = 0
-    peak_flops: float = 0.0
-    init_from: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,12 +221,38 @@ class LogConfig:
         wandb_project: the wandb project of the run.
         tensorboard: also write TensorBoard event files to the run's tensorboard/ folder;
             needs gpt-models[tensorboard].
+        peak_flops: peak FLOP/s per device for MFU (0 = look the device kind up; no MFU on CPU).
     """
 
     every: int = 10
     wandb: str = "disabled"
     wandb_project: str = "gpt-models"
     tensorboard: bool = False
+    peak_flops: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class InitConfig:
+    """The weights a run starts from (``gpt train --init-from``).
+
+    Attributes:
+        source: a run folder or a Hugging Face folder whose weights start this run (fresh
+            optimizer, step 0; its architecture and tokenizer are kept); "" = random weights.
+    """
+
+    source: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """What the periodic evaluation scores besides the validation loss (``train.eval_every``).
+
+    Attributes:
+        tasks: JSONL task files (comma-separated) scored at every evaluation, logged as
+            eval/<task>/acc and acc_norm; formats as `gpt eval --task` ("" = none).
+    """
+
+    tasks: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +301,8 @@ class Config:
     mesh: MeshConfig = MeshConfig()
     log: LogConfig = LogConfig()
     sample: SampleConfig = SampleConfig()
+    init: InitConfig = InitConfig()
+    eval: EvalConfig = EvalConfig()
 
     def __post_init__(self) -> None:
         validate(self)
@@ -374,7 +394,7 @@ def _range_problems(cfg: Config) -> list[str]:
             problems.append(f"{key} = {value} must be in [0, {top:g}]")
     at_least_zero = {
         "train.weight_decay": t.weight_decay, "train.grad_clip": t.grad_clip,
-        "train.peak_flops": t.peak_flops, "train.checkpoint_every": t.checkpoint_every,
+        "log.peak_flops": cfg.log.peak_flops, "train.checkpoint_every": t.checkpoint_every,
     }  # fmt: skip
     for key, value in at_least_zero.items():
         if not (math.isfinite(value) and value >= 0):

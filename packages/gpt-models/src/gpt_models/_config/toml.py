@@ -109,7 +109,22 @@ def _to_float(value: Any, from_text: bool) -> float:
     raise ValueError(value)
 
 
+# Keys that moved to the section their name says; an old config file or --set names the new key.
+MOVED = {
+    "train.init_from": "init.source",
+    "train.eval_tasks": "eval.tasks",
+    "train.peak_flops": "log.peak_flops",
+}
+
+
 def _unknown_key(key: str, cfg: Config) -> ConfigError:
+    if key in MOVED:
+        new = MOVED[key]
+        section, name = new.split(".")
+        return ConfigError(
+            f"Config key {key!r} moved to {new!r}. Use --set {new}=..., or in a TOML file (a "
+            f"run's config.toml too) [{section}] {name} = ... in place of {key}."
+        )
     keys = valid_keys(cfg)
     section = key.split(".")[0]
     same_section = [k for k in keys if k.startswith(section + ".")]

@@ -2,13 +2,13 @@
 
 A config as typed names things relative to where the command ran (``data.path = "stores/web"``,
 ``--init-from runs/base``) and leaves open what they are. Resolving it fixes both: ``data.path``,
-a ``data.tokenizer`` file and ``train.init_from`` become absolute paths, ``data.kind`` records what
+a ``data.tokenizer`` file and ``init.source`` become absolute paths, ``data.kind`` records what
 the data is (the embedded corpus, text, nanoGPT ``.bin`` ids or a ``gpt prepare`` token store), the
 warmup is fitted to the run and ``model.vocab_size`` follows the tokenizer. ``gpt train`` writes the
 result to ``config.toml``; ``--resume``, ``--auto-resume``, ``gpt eval``, ``sample`` and ``export``
 read that file, so each works from any directory and sees the same data the run trained on.
 
-The source of ``train.init_from`` (a run folder or a Hugging Face folder) is read once per process
+The source of ``init.source`` (a run folder or a Hugging Face folder) is read once per process
 (:func:`init_source`): its architecture becomes the new run's, and its tokenizer the run's tokenizer.
 """
 
@@ -69,7 +69,7 @@ def resolve_paths(cfg: Config) -> Config:
         DataError: ``data.kind`` was recorded (a run's config.toml) and ``data.path`` now holds
             another kind of data.
     """
-    d, t = cfg.data, cfg.train
+    d = cfg.data
     path = absolute(d.path) if d.path else ""
     tokenizer = d.tokenizer if d.tokenizer in BUILTIN_TOKENIZERS else absolute(d.tokenizer)
     kind = data_kind(path)
@@ -81,8 +81,8 @@ def resolve_paths(cfg: Config) -> Config:
             "this data (gpt train --set data.path=...)."
         )
     data = dataclasses.replace(d, path=path, tokenizer=tokenizer, kind=kind)
-    init = absolute(t.init_from) if t.init_from else ""
-    return dataclasses.replace(cfg, data=data, train=dataclasses.replace(t, init_from=init))
+    source = absolute(cfg.init.source) if cfg.init.source else ""
+    return dataclasses.replace(cfg, data=data, init=dataclasses.replace(cfg.init, source=source))
 
 
 def resolve_config(
@@ -92,7 +92,7 @@ def resolve_config(
 
     Absolute paths and ``data.kind`` (:func:`resolve_paths`), the warmup fitted to the run, the
     tokenizer (read, or trained for ``bpe``; the run folder's own when resuming) and
-    ``model.vocab_size`` following it; with ``train.init_from``, the source's architecture and
+    ``model.vocab_size`` following it; with ``init.source``, the source's architecture and
     vocabulary are checked. Notes go to ``stream`` (default: nowhere). Nothing is written.
 
     Raises:
@@ -102,7 +102,7 @@ def resolve_config(
     cfg, note = fit_warmup(resolve_paths(cfg))
     if note:
         print(f"note: {note}", file=stream)
-    if not cfg.train.init_from:
+    if not cfg.init.source:
         tokenizer, cfg = prepare_tokenizer(cfg, run, resume=resume, stream=stream)
         return cfg, tokenizer
     # The model keeps the source's vocabulary: its size is not rounded to the tokenizer's.
@@ -114,7 +114,7 @@ def resolve_config(
 
 @dataclasses.dataclass(frozen=True)
 class InitSource:
-    """The weights a run starts from (``train.init_from``): a run folder or a Hugging Face folder.
+    """The weights a run starts from (``init.source``): a run folder or a Hugging Face folder.
 
     ``model`` is its architecture; ``tokenizer`` its ``tokenizer.json`` (None: the byte tokenizer,
     or a Hugging Face folder without one).
@@ -139,7 +139,7 @@ def init_source(path: str) -> InitSource:
             stat = (folder / name).stat()
             return _read_source(str(folder), name, stat.st_mtime_ns, stat.st_size)
     raise ConfigError(
-        f"train.init_from = {path!r} is neither a run folder (config.toml) nor a Hugging Face "
+        f"init.source = {path!r} is neither a run folder (config.toml) nor a Hugging Face "
         "model folder (config.json + model.safetensors). Pass one of those, e.g. --init-from "
         "runs/<name>."
     )
@@ -162,29 +162,29 @@ def _read_source(folder: str, config_name: str, mtime_ns: int, size: int) -> Ini
 
 
 def adopt_init_source(cfg: Config) -> Config:
-    """``cfg`` with the architecture and tokenizer of its ``train.init_from``.
+    """``cfg`` with the architecture and tokenizer of its ``init.source``.
 
     The free model keys (``FREE_KEYS``) stay ``cfg``'s; ``gpt train --init-from`` applies this
     before its ``--set`` flags, so a ``--set data.tokenizer=...`` still wins.
     """
-    source = init_source(cfg.train.init_from)
+    source = init_source(cfg.init.source)
     free = {k: getattr(cfg.model, k) for k in FREE_KEYS if k != "init_std"}
     data = cfg.data
     if source.tokenizer is not None:
         data = dataclasses.replace(data, tokenizer=str(source.tokenizer))
-    train = dataclasses.replace(cfg.train, init_from=str(source.path))
+    init = dataclasses.replace(cfg.init, source=str(source.path))
     model = dataclasses.replace(source.model, **free)
-    return dataclasses.replace(cfg, model=model, data=data, train=train)
+    return dataclasses.replace(cfg, model=model, data=data, init=init)
 
 
 def check_init_source(cfg: Config, tokenizer: Tokenizer) -> None:
-    """Refuse a model section or a tokenizer that does not fit ``cfg.train.init_from``'s weights."""
-    source = init_source(cfg.train.init_from)
+    """Refuse a model section or a tokenizer that does not fit ``cfg.init.source``'s weights."""
+    source = init_source(cfg.init.source)
     for key in ARCH_KEYS:
         if getattr(cfg.model, key) != getattr(source.model, key):
             raise ConfigError(
                 f"model.{key} = {getattr(cfg.model, key)!r} changes the architecture of "
-                f"train.init_from = {str(source.path)!r}, which has model.{key} = "
+                f"init.source = {str(source.path)!r}, which has model.{key} = "
                 f"{getattr(source.model, key)!r}. A run started from its weights keeps its "
                 f"architecture: drop the --set model.{key} (train/data/sample keys and "
                 f"model.{'/'.join(FREE_KEYS)} may change)."
@@ -192,7 +192,7 @@ def check_init_source(cfg: Config, tokenizer: Tokenizer) -> None:
     if tokenizer.vocab_size > source.model.real_vocab:
         raise ConfigError(
             f"The tokenizer (data.tokenizer = {cfg.data.tokenizer!r}) has {tokenizer.vocab_size} "
-            f"ids but train.init_from = {str(source.path)!r} has a vocabulary of "
+            f"ids but init.source = {str(source.path)!r} has a vocabulary of "
             f"{source.model.real_vocab}: its ids would index past the model's embeddings. Use "
             "the source's tokenizer."
         )

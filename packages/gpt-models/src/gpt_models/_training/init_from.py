@@ -1,4 +1,4 @@
-"""``train.init_from``: the step-0 state of a run that starts from another run's or a Hugging Face
+"""``init.source``: the step-0 state of a run that starts from another run's or a Hugging Face
 folder's weights (fresh optimizer state, step 0).
 
 What the source is and whether the run's architecture and tokenizer fit it was settled when the run
@@ -21,7 +21,7 @@ from .step import TrainState, _replicated, abstract_state, state_shardings
 
 def init_state_from(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh) -> TrainState:
     """A step-0 state whose params are the source's, placed in the run's sharded layout."""
-    source = init_source(cfg.train.init_from)
+    source = init_source(cfg.init.source)
     if source.kind == "run":
         _, params, _ = load_run(source.path)
     else:

@@ -76,7 +76,7 @@ class RunResult:
     ``loss`` is the last train loss in nats per token, ``val_loss`` in ``val_unit`` (nats per
     byte; per token for data whose bytes are unknown, a ``.bin`` without a sidecar); ``mfu`` is
     model FLOPs utilisation, NaN when the device's peak is unknown (CPU without
-    ``train.peak_flops``); ``sample`` is the text written to ``sample.txt`` (empty with
+    ``log.peak_flops``); ``sample`` is the text written to ``sample.txt`` (empty with
     ``write_sample=False``). ``resumed_from`` is the step this call started at (0 for a new run):
     equal to ``step``, the run was complete already and no step was trained (``loss`` is NaN).
     """
@@ -240,7 +240,7 @@ def _prepare(cfg: Config, run: Path, resume: bool, stream: TextIO) -> tuple[Any,
             f"{cfg.data.path} keeps the split gpt prepare made (its --val-fraction).",
             file=said,
         )
-    TaskEvals(cfg, tokenizer)  # a bad train.eval_tasks file fails here, not at the first eval
+    TaskEvals(cfg, tokenizer)  # a bad eval.tasks file fails here, not at the first eval
     optimizer = make_optimizer(cfg.train)
     return cfg, mesh, tokenizer, dataset, optimizer, _abstract(cfg, optimizer, mesh)
 
@@ -297,10 +297,10 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abst
     if not resume:
         if ckpt.steps():  # made since check_launch looked: another launch ran in between
             raise holds_checkpoints(ckpt.directory.parent, ckpt.steps())
-        if cfg.train.init_from:
+        if cfg.init.source:
             t = cfg.train
             print(
-                f"Starting from the weights of {t.init_from} (step 0). Schedule: lr {t.lr:g} "
+                f"Starting from the weights of {cfg.init.source} (step 0). Schedule: lr {t.lr:g} "
                 f"after {t.warmup_steps} warmup steps, cosine to {t.lr * t.min_lr_ratio:g} at step "
                 f"{t.steps} (train.lr, train.warmup_steps, train.min_lr_ratio).",
                 file=stream,
@@ -345,7 +345,7 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
     write_text(run / "config.toml", dumps(cfg))
     loop.profiler = StepProfiler(profile if is_primary() else None, run / "profile", loop.stream)
     loop.announce(state)
-    if start == 0 and cfg.train.init_from:
+    if start == 0 and cfg.init.source:
         loop.baseline(state)
     # One handler from the first step to the sample: a signal after the last step (while the
     # final checkpoint, loss.png or the sample are written) skips what is left and says so,
@@ -429,8 +429,8 @@ class _Loop:
         self.logger = make_logger(cfg, run) if is_primary() else None
         self.log_state = self.logger.init() if self.logger else None
         devices = list(mesh.devices.flat)
-        peak = peak_flops(devices, compute_dtype(cfg.model), t.peak_flops)
-        self.peak_note = unknown_peak_note(devices, t.peak_flops)
+        peak = peak_flops(devices, compute_dtype(cfg.model), cfg.log.peak_flops)
+        self.peak_note = unknown_peak_note(devices, cfg.log.peak_flops)
         self.started = time.perf_counter()
         self.progress = Progress(
             t.steps, start, t.batch_size * cfg.model.seq_len, flops_per_token(cfg.model), peak,

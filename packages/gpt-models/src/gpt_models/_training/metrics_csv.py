@@ -17,5 +17,5 @@ def write_metrics_csv(metrics_dir: Path, path: Path) -> None:
     again at 0); ``val_loss`` is in nats per byte; ``loss`` is the train loss in nats per token.
     """
     logs = lox.load(metrics_dir)
-    tasks = sorted(k for k in logs if k.startswith("eval/"))  # train.eval_tasks: eval/<task>/acc
+    tasks = sorted(k for k in logs if k.startswith("eval/"))  # eval.tasks: eval/<task>/acc
     lox.to_csv(logs, path, keys=[k for k in COLUMNS if k in logs] + tasks)

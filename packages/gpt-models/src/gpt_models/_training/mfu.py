@@ -10,7 +10,7 @@ showed 27%, 45% and 73% on one machine depending on how busy it was. So:
   runs matmuls as TF32, half the bf16 rate, so the peak is halved there; a TPU runs float32 matmuls
   at default precision in bf16 passes, so its peak is not halved.
 - CPUs publish no useful peak and a measured one moves with the machine's load: no MFU on CPU.
-- Any device: ``train.peak_flops`` (FLOP/s per device) sets the peak, for kinds not in the table,
+- Any device: ``log.peak_flops`` (FLOP/s per device) sets the peak, for kinds not in the table,
   for CPUs, or to use another convention; it is multiplied by the device count like the table.
 """
 
@@ -56,7 +56,7 @@ def peak_flops(devices: Sequence[Any], compute_dtype: Any, override: float = 0.0
     Args:
         devices: the mesh's devices (``jax.Device``; only ``device_kind`` and ``platform`` are read).
         compute_dtype: the model's compute dtype; float32 on a GPU halves the peak (TF32).
-        override: FLOP/s per device (``train.peak_flops``); used when positive, on any device.
+        override: FLOP/s per device (``log.peak_flops``); used when positive, on any device.
 
     Example:
         >>> import jax.numpy as jnp
@@ -90,5 +90,5 @@ def unknown_peak_note(devices: Sequence[Any], override: float = 0.0) -> str | No
     )
     return (
         f"note: no MFU shown: the peak FLOP/s of {kind!r} is unknown ({why}). Pass one with "
-        "--set train.peak_flops=<FLOP/s per device> (see docs/gpt_models.md, MFU)."
+        "--set log.peak_flops=<FLOP/s per device> (see docs/gpt_models.md, MFU)."
     )

@@ -291,7 +291,7 @@ def _accuracies(fmt: str, examples: list[TaskExample], loglik: list[tuple[float,
 
 
 class TaskEvals:
-    """The in-loop evals of ``train.eval_tasks``: read and checked once, scored at each evaluation.
+    """The in-loop evals of ``eval.tasks``: read and checked once, scored at each evaluation.
 
     Returns ``{"eval/<task>/acc": x, "eval/<task>/acc_norm": y}`` for every task file.
     """
@@ -302,11 +302,11 @@ class TaskEvals:
             try:
                 self.tasks.append(prepare_task(path, cfg, tokenizer=tokenizer))
             except DataError as err:
-                raise DataError(f"train.eval_tasks: {err}") from err
+                raise DataError(f"eval.tasks: {err}") from err
         names = [t.name for t in self.tasks]
         if twice := sorted({n for n in names if names.count(n) > 1}):
             raise DataError(
-                f"train.eval_tasks = {cfg.train.eval_tasks!r} names two files called {twice[0]!r}; "
+                f"eval.tasks = {cfg.eval.tasks!r} names two files called {twice[0]!r}; "
                 f"their metrics (eval/{twice[0]}/acc) would be mixed. Rename one of them."
             )
 
@@ -319,8 +319,8 @@ class TaskEvals:
 
 
 def task_paths(cfg: Config) -> list[str]:
-    """The files ``train.eval_tasks`` names (comma-separated)."""
-    return [p.strip() for p in cfg.train.eval_tasks.split(",") if p.strip()]
+    """The files ``eval.tasks`` names (comma-separated)."""
+    return [p.strip() for p in cfg.eval.tasks.split(",") if p.strip()]
 
 
 def _windows(examples: list[TaskExample], tok: Tokenizer, seq_len: int) -> tuple[list[np.ndarray], list[int], int]:  # fmt: skip
