@@ -76,8 +76,7 @@ def source_problems(sources: Sequence[DataSource], path: str) -> list[str]:
     problems = []
     if path:
         problems.append(
-            f"data.path = {path!r} and data.sources ({len(sources)} sources) are both set; a run "
-            "reads one or the other. Fix: drop data.path (--set data.path=) to train on the "
+            f"data.path = {path!r} and data.sources are both set; a run reads one or the other. Fix: drop data.path (--set data.path=) to train on the "
             "mixture, or drop data.sources (--set data.sources=[]) to train on data.path alone."
         )
     for i, src in enumerate(sources):
@@ -85,10 +84,10 @@ def source_problems(sources: Sequence[DataSource], path: str) -> list[str]:
         if not src.path:
             problems.append(f"{where} has an empty path; each source needs the path of its data.")
         if not (math.isfinite(src.weight) and src.weight > 0):
+            zero = " Leave a source out instead of giving it weight 0." if src.weight == 0 else ""
             problems.append(
                 f"{where} has weight = {src.weight}; a weight must be a finite number > 0 (the "
-                "share of rows drawn from it, e.g. 0.8 and 0.2). Leave a source out instead of "
-                "giving it weight 0."
+                f"share of rows drawn from it, e.g. 0.8 and 0.2).{zero}"
             )
         if src.name and _NAME_CHARS.search(src.name):
             problems.append(
