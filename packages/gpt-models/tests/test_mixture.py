@@ -173,16 +173,19 @@ def test_a_mixture_run_records_its_sources_and_logs_each_ones_tokens_and_losses(
 
 
 def test_a_resumed_mixture_run_continues_its_batches_counts_and_losses(
-    tmp_path, two_texts, gpt_train
+    tmp_path, two_texts, gpt_train, small_args
 ):
-    assert gpt_train("--set", _sources_flag(*zip(two_texts, WEIGHTS))) == 0  # saves steps 3 and 6
+    sources = ("--set", _sources_flag(*zip(two_texts, WEIGHTS)))
+    assert gpt_train(*sources) == 0  # saves steps 3 and 6
     whole, cut = tmp_path / "run", tmp_path / "cut"
     shutil.copytree(whole, cut)
     # What a run killed after its step-3 checkpoint leaves, without the metrics it logged: the
     # resumed steps' batches, token counts and losses come from the step alone.
     for gone in ("checkpoints/6", "metrics", "metrics.csv"):
         shutil.rmtree(cut / gone) if (cut / gone).is_dir() else (cut / gone).unlink()
-    assert main(["train", "--resume", str(cut)]) == 0
+    # The command that started it: --auto-resume finds the same resolved sources and continues.
+    again = ["train", "--out", str(tmp_path), "--name", "cut", "--auto-resume", *small_args]
+    assert main([*again, *sources]) == 0
     keys = ["step", "loss", "loss/prose", "loss/digits", "tokens/prose", "tokens/digits"]
     resumed = [[r[k] for k in keys] for r in _csv(cut)]
     assert resumed == [[r[k] for k in keys] for r in _csv(whole)][3:]

@@ -50,7 +50,7 @@ class Evaluator:
         ]  # fmt: skip
         mixed = dataset.train if isinstance(dataset.train, MixedTokens) else None
         self.names = mixed.names if mixed is not None else ()
-        self.weights = mixed.weights if mixed is not None else np.ones(1)
+        self.weights = mixed.weights if mixed is not None else np.zeros(0)
         # Unknown bytes (a .bin without a sidecar, in any source): the losses stay per token.
         known = dataset.bytes_per_token is not None
         self.bytes_per_token = [(p.bytes_per_token or 1.0) if known else 1.0 for p in parts]
