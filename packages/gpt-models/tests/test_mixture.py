@@ -128,6 +128,11 @@ def test_each_source_keeps_its_own_split_and_bytes_per_token(two_texts):
     assert [len(p.val) for p in ds.parts] == [len(prose.val), len(digits.val)]
     assert len(ds.train) == len(prose.train) + len(digits.train)
     assert ds.bytes_per_token == 1.0 and "mixture of prose (0.8" in ds.source
+    np.testing.assert_array_equal(ds.val[:], np.concatenate([prose.val, digits.val]))
+    np.testing.assert_array_equal(ds.val[len(prose.val) - 2 : len(prose.val) + 2],
+                                  np.concatenate([prose.val[-2:], digits.val[:2]]))  # fmt: skip
+    with pytest.raises(TypeError, match=r"A mixture's split takes only a slice such as \[a:b\]"):
+        ds.train[np.arange(3)]
 
 
 # --- a run: config.toml, metrics.csv, gpt eval, resume ---------------------------------------------

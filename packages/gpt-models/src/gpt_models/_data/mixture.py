@@ -50,6 +50,26 @@ class MixedTokens:
     def __len__(self) -> int:
         return sum(len(p) for p in self.parts)
 
+    def __getitem__(self, index: Any) -> np.ndarray:
+        """A slice of the sources' ids one after the other (``val[:]``: every source's split).
+
+        Windows are drawn per source (:meth:`draw`, ``Dataset.parts``), never across two sources,
+        so other indices are refused rather than read across a boundary.
+        """
+        if not isinstance(index, slice) or index.step not in (None, 1):
+            raise TypeError(
+                f"A mixture's split takes only a slice such as [a:b], got {index!r}: its windows "
+                "come from one source each (train_batch, or each Dataset of Dataset.parts)."
+            )
+        start, stop, _ = index.indices(len(self))
+        out, offset = [], 0
+        for part in self.parts:
+            lo, hi = max(start - offset, 0), min(stop - offset, len(part))
+            if lo < hi:
+                out.append(np.asarray(part[lo:hi]))
+            offset += len(part)
+        return np.concatenate(out) if out else np.empty(0, np.asarray(self.parts[0][:0]).dtype)
+
     def row_sources(self, step: int, *, seed: int, batch_size: int) -> np.ndarray:
         """The source index of each row of step ``step``'s global batch: ``(batch_size,)`` int64.
 

@@ -527,7 +527,7 @@ class _Loop:
         if not math.isfinite(self.loss):
             self.ckpt.wait()  # the last good checkpoint is complete before we report it
             raise TrainingDivergedError(_diverged_message(self.cfg, step, self.loss, self.ckpt))
-        extra = {}
+        extra: dict[str, np.ndarray] = {}
         self.eval_seconds = 0.0
         if done % t.eval_every == 0 or done == t.steps:
             started = time.perf_counter()
