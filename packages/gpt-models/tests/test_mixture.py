@@ -175,6 +175,9 @@ def test_a_mixture_run_records_its_sources_and_logs_each_ones_tokens_and_losses(
     assert "the weighted mean of its sources on the validation split of mixture of prose" in out
     shown = float(out.split("val_loss/digits ")[1].split()[0])
     assert math.isclose(shown, float(evals[-1]["val_loss/digits"]), rel_tol=1e-5), out
+    assert main(["eval", "--run", str(run), "--text", "@val"]) == 0
+    out = capsys.readouterr().out  # each source's validation split, as one document each
+    assert f"the validation split of {two_texts[0]}, the validation split of {two_texts[1]}" in out
 
 
 def test_a_resumed_mixture_run_continues_its_batches_counts_and_losses(
