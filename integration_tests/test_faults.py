@@ -431,3 +431,47 @@ def test_sigterm_after_the_last_step_says_what_was_skipped_and_leaves_no_lock(
     assert (run / "loss.png").exists() and _steps(run)[-1] == 4
     took = [time.monotonic() - t0]
     _row("SIGTERM after the last step", 1, "exit 143, lock gone, skip named", took)
+
+
+# ------------------------------------------------------------------------------------------------
+# kill -9 in the middle of a data mixture: the resumed run equals the uninterrupted one
+
+
+def _metrics_by_step(run: Path) -> dict[str, dict[str, str]]:
+    import csv
+
+    with open(run / "metrics.csv", newline="") as f:
+        return {row["step"]: row for row in csv.DictReader(f)}  # a re-logged step: the later row
+
+
+def test_kill_9_mid_mixture_run_resumes_bit_exact(tmp_path):
+    import jax
+    import numpy as np
+
+    from gpt_models import load_run
+
+    (tmp_path / "web.txt").write_text("the quick brown fox jumps over the lazy dog. " * 300)
+    (tmp_path / "code.txt").write_text("def f(x):\n    return x * 2\n" * 300)
+    sources = ", ".join(f'{{path = "{tmp_path / n}", weight = {w}}}'
+                        for n, w in (("web.txt", 0.8), ("code.txt", 0.2)))  # fmt: skip
+    launch = [*TINY, "--set", f"data.sources=[{sources}]", "--set", "train.steps=300",
+              "--set", "train.checkpoint_every=10", "--set", "train.eval_every=100"]  # fmt: skip
+    rc, out = _gpt("train", "--out", str(tmp_path), "--name", "whole", *launch)
+    assert rc == 0, out[-3000:]
+    run = tmp_path / "cut"
+    proc = _start("train", "--out", str(tmp_path), "--name", "cut", *launch)
+    _wait_for(lambda: bool(_steps(run)) and _steps(run)[-1] >= 50, proc, "a checkpoint at step 50")
+    proc.send_signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    rc, out = _finish(proc)
+    took = [time.monotonic() - t0]
+    assert rc == -signal.SIGKILL and _steps(run)[-1] < 300, out[-3000:]
+    killed_at = _steps(run)[-1]
+    rc, out = _gpt("train", "--resume", str(run))
+    assert rc == 0 and f"Resumed from checkpoint step {killed_at} " in out, out[-3000:]
+    (_, resumed, _), (_, whole, _) = load_run(run), load_run(tmp_path / "whole")
+    jax.tree.map(np.testing.assert_array_equal, resumed, whole)
+    keys = ["loss", "loss/web", "loss/code", "tokens/web", "tokens/code", "val_loss/web"]
+    ours, want = _metrics_by_step(run), _metrics_by_step(tmp_path / "whole")
+    assert [[ours[s][k] for k in keys] for s in want] == [[want[s][k] for k in keys] for s in want]
+    _row("kill -9 mid mixture (0.8/0.2)", 1, f"resumed from {killed_at}, bit-exact", took)

@@ -10,6 +10,7 @@ EXPECTED = {
     "ConfigError",
     "DataConfig",
     "DataError",
+    "DataSource",
     "EvalConfig",
     "InitConfig",
     "GPT",

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._config.schema import ModelConfig as ModelConfig
     from ._config.schema import SampleConfig as SampleConfig
     from ._config.schema import TrainConfig as TrainConfig
+    from ._config.sources import DataSource as DataSource
     from ._config.toml import apply_overrides as apply_overrides
     from ._config.toml import load_config as load_config
     from ._data.bpe import BPETokenizer as BPETokenizer

@@ -449,7 +449,7 @@ def _run_config(args: argparse.Namespace, run: str, allowed: tuple[str, ...]) ->
             f"here; the rest of the config is fixed by the run it trained ({run}/config.toml). "
             f"Settable: {list_alternatives(settable)}."
         )
-    if "data.path" in overrides:  # other data: its kind is found again, its path made absolute
+    if {"data.path", "data.sources"} & set(overrides):  # other data: its kind is found again
         overrides.setdefault("data.kind", "")
     from .._runs.resolve import resolve_paths
 

@@ -37,10 +37,10 @@ def eval_files(args: argparse.Namespace, run: str, config: Config | None) -> int
     if args.text is not None:
         docs, names = [], []
         for p in args.text:
-            ids, name = _val_ids(cfg, tok) if p == VAL_TEXT else (None, None)
-            files = [] if ids is not None else text_files(p)
-            docs += [ids] if ids is not None else [encode_file(tok, f) for f in files]
-            names += [name] if name is not None else [str(f) for f in files]
+            ids, found = _val_ids(cfg, tok) if p == VAL_TEXT else ([], [])
+            files = [] if ids else text_files(p)
+            docs += ids or [encode_file(tok, f) for f in files]
+            names += found or [str(f) for f in files]
         s = score_documents(
             params, cfg, docs, tokenizer=tok, stride=args.stride, batch_size=args.batch_size,
             stream=sys.stderr, names=names,
@@ -80,18 +80,21 @@ def run_preflight(args: argparse.Namespace, plan: UsePlan) -> bool:
     return bool(args.dry_run)
 
 
-def _val_ids(cfg: Config, tok: Tokenizer) -> tuple[np.ndarray, str]:
-    """The token ids of the run's validation split, as its training read them, and their name."""
+def _val_ids(cfg: Config, tok: Tokenizer) -> tuple[list[np.ndarray], list[str]]:
+    """The token ids of the run's validation split, as its training read them, and their name;
+    a mixture's sources each give theirs (scored as separate documents)."""
     data = load_dataset(cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size,
                         tokenizer=tok)  # fmt: skip
     if data.bytes_per_token is None:
         raise DataError(
-            f"gpt eval --text {VAL_TEXT}: the run's data ({cfg.data.path}) is .bin token ids "
+            f"gpt eval --text {VAL_TEXT}: the run's data ({data.source}) is .bin token ids "
             "without a sidecar naming their tokenizer, so their bytes (and bits per byte) are "
             "unknown. Pass the text file(s) instead, or gpt eval --run RUN for its val_loss in "
             "nats/token."
         )
-    return np.asarray(data.val[:]).astype(np.int32), f"the validation split of {data.source}"
+    parts = data.parts or (data,)
+    ids = [np.asarray(p.val[:]).astype(np.int32) for p in parts]
+    return ids, [f"the validation split of {p.source}" for p in parts]
 
 
 def _table(rows: list[dict[str, object]]) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from core_primitives import did_you_mean, format_problems, list_alternatives
 
 from .._errors import ConfigError
+from .sources import DataSource, source_problems
 
 # String-valued keys that only accept a few values: checked by validate(), for every config.
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -30,7 +31,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.remat": ("none", "full", "dots"),
     "model.attention": ("auto", "blocked", "xla", "cudnn"),
     "train.optimizer": ("adamw", "muon"),
-    "data.kind": ("", "embedded", "text", "bin", "store"),
+    "data.kind": ("", "embedded", "text", "bin", "store", "mixture"),
     "log.wandb": ("disabled", "offline", "online"),
 }
 # data.tokenizer: one of these, or the path of a tokenizers JSON file (tokenizer_kind: "bpe").
@@ -179,14 +180,18 @@ class DataConfig:
         path: "" = the embedded corpus; else a text file, a folder of text, a nanoGPT .bin file
             (or a folder with train.bin and val.bin) or a token store made by gpt prepare; a run's
             config.toml records it as an absolute path.
-        kind: what data.path holds, recorded when a run starts: embedded, text, bin or store
-            ("" = find out); a resumed run whose data.path now holds another kind is refused.
+        kind: what data.path holds, recorded when a run starts: embedded, text, bin, store, or
+            mixture for data.sources ("" = find out); a resumed run whose data.path now holds
+            another kind is refused.
         val_fraction: share of the tokens (the tail) held out for validation (not for a token
             store or train.bin/val.bin, which keep their own split).
         tokenizer: byte (UTF-8, 256 ids), bpe (trained on the train split) or the path of a
             tokenizers JSON file such as a Hugging Face model's tokenizer.json (GPT-2's, Llama's);
             the run folder keeps it as tokenizer.json; model.vocab_size follows the tokenizer.
         bpe_vocab_size: ids of the BPE tokenizer (with data.tokenizer = bpe), 257..65536.
+        sources: a weighted mixture instead of data.path: [[data.sources]] tables with path and
+            weight (> 0), optional name (of its metrics) and kind (recorded); each row of a batch
+            comes from one source drawn by weight, and each source keeps its own validation split.
     """
 
     path: str = ""
@@ -194,6 +199,7 @@ class DataConfig:
     val_fraction: float = 0.1
     tokenizer: str = "byte"
     bpe_vocab_size: int = 2048
+    sources: tuple[DataSource, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,6 +362,7 @@ def validate(cfg: Config) -> Config:
     if not 257 <= cfg.data.bpe_vocab_size <= 65536:
         problems.append(f"data.bpe_vocab_size = {cfg.data.bpe_vocab_size} must be in 257..65536")
     problems += _range_problems(cfg)
+    problems += source_problems(cfg.data.sources, cfg.data.path)
     s = cfg.sample
     problems += sampling_problems("sample.", s.max_new_tokens, s.temperature, s.top_k, s.top_p)
     tok = cfg.data.tokenizer

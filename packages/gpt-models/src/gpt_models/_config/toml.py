@@ -21,6 +21,7 @@ from core_primitives import did_you_mean, format_problems, list_alternatives
 
 from .._errors import ConfigError
 from .schema import CHOICES, PRESETS, Config
+from .sources import DataSource, parse_sources
 
 # Flat views: "section.key" -> (field type, value)
 
@@ -58,6 +59,8 @@ def _coerce(key: str, value: Any, t: type, *, from_text: bool) -> Any:
     """Convert one value to the field's type, or raise ConfigError saying what was expected."""
     shown = repr(value)
     out: Any
+    if typing.get_args(t)[:1] == (DataSource,):  # data.sources: its own messages
+        return parse_sources(value, from_text=from_text)
     try:
         if t is bool:
             out = _to_bool(value, from_text)
@@ -280,6 +283,8 @@ def _toml_value(value: Any) -> str:
         return repr(value) if math.isfinite(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)  # JSON strings are valid TOML basic strings
+    if isinstance(value, list | tuple):  # an empty data.sources
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return str(value)
 
 
@@ -301,9 +306,19 @@ def dumps(cfg: Config) -> str:
     lines = ["# Resolved gpt-models config: every key, so this file alone reproduces the run."]
     for section, values in to_dict(cfg).items():
         lines.append(f"\n[{section}]")
+        tables = {k: v for k, v in values.items() if isinstance(v, list | tuple) and v}
         lines += [
-            f"{k} = {_toml_value(v)}  # {meanings[f'{section}.{k}']}" for k, v in values.items()
+            f"{k} = {_toml_value(v)}  # {meanings[f'{section}.{k}']}"
+            for k, v in values.items()
+            if k not in tables
         ]
+        # A non-empty array of tables ([[data.sources]]) comes after the section's plain keys:
+        # TOML puts every key written after a [[table]] header into that table.
+        for key, rows in tables.items():
+            lines.append(f"# {key}: {meanings[f'{section}.{key}']}")
+            for row in rows:
+                lines.append(f"[[{section}.{key}]]")
+                lines += [f"{k} = {_toml_value(v)}" for k, v in row.items()]
     return "\n".join(lines) + "\n"
 
 

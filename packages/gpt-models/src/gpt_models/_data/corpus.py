@@ -16,12 +16,14 @@ from .._config.schema import DataConfig, tokenizer_kind
 from .._errors import DataError
 from .bpe import BPETokenizer
 from .byte_tokenizer import ByteTokenizer
+from .mixture import MixedTokens, check_shared_tokenizer, describe, missing_source, part_configs
 from .store import ShardedTokens, check_tokenizer_json, is_store, open_store, store_tokenizer_file
 from .token_files import BinMeta, read_bin_meta, same_meta
 
 Tokenizer = ByteTokenizer | BPETokenizer
-# Token ids in memory, a memmap'd .bin file, or the shards of a token store (read with pread).
-TokenArray = np.ndarray | ShardedTokens
+# Token ids in memory, a memmap'd .bin file, the shards of a token store (read with pread), or one
+# split of a mixture (a token array per source).
+TokenArray = np.ndarray | ShardedTokens | MixedTokens
 
 # How much of a large .bin file is scanned to check that its token ids fit the vocabulary.
 _VOCAB_CHECK_TOKENS = 1 << 24
@@ -48,6 +50,10 @@ class Dataset:
     ``bytes_per_token`` is measured on the validation split (text bytes / token ids), so a loss in
     nats per token divided by it is in nats per byte, comparable across tokenizers; it is None for a
     ``.bin`` file without a sidecar (its tokenizer, hence its bytes, are unknown).
+
+    A mixture (``data.sources``) has one ``Dataset`` per source in ``parts``; its ``train`` and
+    ``val`` are :class:`MixedTokens` over theirs, and its ``bytes_per_token`` is the sources'
+    weighted by their shares of the training rows (what converts the train loss to nats per byte).
     """
 
     train: TokenArray
@@ -56,6 +62,7 @@ class Dataset:
     tokenizer: Tokenizer = dataclasses.field(default_factory=ByteTokenizer)
     bytes_per_token: float | None = 1.0
     bin_meta: BinMeta | None = None
+    parts: tuple[Dataset, ...] = ()
 
 
 def load_dataset(
@@ -68,9 +75,13 @@ def load_dataset(
     read with the tokenizer it was made with: ``tokenizer``, if given, must be that one (default:
     the store's own, from its folder).
 
+    With ``cfg.sources`` (a mixture) each source is loaded so, with one tokenizer (``tokenizer``,
+    or the one the sources were made with), into ``parts``.
+
     Raises:
         DataError: a missing path, an empty folder, too little data for one ``seq_len`` window in each
-            split, token ids that do not fit ``vocab_size``, or a ``.bin`` sidecar that does not match.
+            split, token ids that do not fit ``vocab_size``, or a ``.bin`` sidecar that does not match;
+            sources of a mixture made by different tokenizers.
 
     Example:
         >>> from gpt_models import DataConfig, load_dataset
@@ -78,6 +89,8 @@ def load_dataset(
         >>> len(ds.train) > 9 * len(ds.val) > 0, ds.bytes_per_token
         (True, 1.0)
     """
+    if cfg.sources:
+        return _mixture_dataset(cfg, seq_len, vocab_size, tokenizer)
     if cfg.path and is_store(Path(cfg.path)):
         ds = _store_dataset(Path(cfg.path), cfg, tokenizer, vocab_size, seq_len)
         return ds  # ids < the tokenizer's vocab by construction, checked against the model's
@@ -141,6 +154,26 @@ def _store_dataset(
     made = store.manifest.get("settings", {}).get("val_fraction")
     _check_length(ds, seq_len, f"split by gpt prepare --val-fraction {made}")
     return ds
+
+
+def _mixture_dataset(
+    cfg: DataConfig, seq_len: int, vocab_size: int, tok: Tokenizer | None
+) -> Dataset:
+    check_shared_tokenizer(cfg.sources)
+    parts: list[Dataset] = []
+    for i, (src, part) in enumerate(zip(cfg.sources, part_configs(cfg), strict=True)):
+        if not Path(src.path).exists():
+            raise missing_source(i, src)
+        parts.append(load_dataset(part, seq_len=seq_len, vocab_size=vocab_size, tokenizer=tok))
+        tok = parts[0].tokenizer  # the first source's (a store's own), the others must agree
+    names = [s.label for s in cfg.sources]
+    weights = [s.weight for s in cfg.sources]
+    train = MixedTokens([p.train for p in parts], weights, names)
+    val = MixedTokens([p.val for p in parts], weights, names)
+    per = [p.bytes_per_token for p in parts]
+    bpt = None if None in per else float(np.dot(train.weights, np.array(per, dtype=float)))
+    source = describe(names, train.weights, [s.path for s in cfg.sources])
+    return Dataset(train, val, source, parts[0].tokenizer, bpt, None, tuple(parts))
 
 
 def _encode(tok: Tokenizer, data: bytes) -> np.ndarray:
@@ -273,7 +306,9 @@ def train_batch(
     """This process's rows of step ``step``'s batch: ``(grad_accum, rows, seq_len + 1)`` int32.
 
     The global batch depends only on ``(seed, step)``; process ``p`` of ``P`` keeps rows
-    ``[p * m / P, (p + 1) * m / P)`` of each micro-batch of ``m`` rows.
+    ``[p * m / P, (p + 1) * m / P)`` of each micro-batch of ``m`` rows. ``tokens`` may be a
+    mixture's train split (``Dataset.train`` of ``data.sources``): each row then comes from one
+    source, drawn by weight (see ``MixedTokens``).
 
     Example:
         >>> import numpy as np
@@ -283,12 +318,22 @@ def train_batch(
         >>> a.shape, bool((a == train_batch(toks, 7, seed=0, batch_size=4, grad_accum=2, seq_len=8)).all())
         ((2, 2, 9), True)
     """
-    rng = np.random.default_rng([seed, step])
-    starts = rng.integers(0, len(tokens) - seq_len - 1, size=batch_size)
-    starts = starts.reshape(grad_accum, batch_size // grad_accum)
-    rows = starts.shape[1] // process_count
-    mine = starts[:, process_index * rows : (process_index + 1) * rows]
-    return _windows(tokens, mine, seq_len)
+    if isinstance(tokens, MixedTokens):
+        which, starts = tokens.draw(step, seed=seed, batch_size=batch_size, seq_len=seq_len)
+    else:
+        rng = np.random.default_rng([seed, step])
+        starts = rng.integers(0, len(tokens) - seq_len - 1, size=batch_size)
+        which = np.zeros_like(starts)
+    rows = batch_size // grad_accum // process_count
+    mine = np.s_[:, process_index * rows : (process_index + 1) * rows]
+    starts, which = (a.reshape(grad_accum, batch_size // grad_accum)[mine] for a in (starts, which))
+    if not isinstance(tokens, MixedTokens):
+        return _windows(tokens, starts, seq_len)
+    out = np.empty((*starts.shape, seq_len + 1), np.int32)
+    for k, part in enumerate(tokens.parts):  # each source's rows read from that source only
+        if (rows_k := which == k).any():
+            out[rows_k] = _windows(part, starts[rows_k], seq_len)
+    return out
 
 
 def eval_batches(

@@ -17,11 +17,12 @@ from typing import TextIO
 
 import numpy as np
 
-from .._config.schema import BUILTIN_TOKENIZERS, Config
+from .._config.schema import BUILTIN_TOKENIZERS, Config, DataConfig
 from .._errors import DataError
 from .bpe import BPETokenizer
 from .byte_tokenizer import ByteTokenizer
 from .corpus import Tokenizer, bin_files, text_splits
+from .mixture import check_shared_tokenizer, part_configs
 from .store import is_store, store_tokenizer_file
 from .token_files import read_bin_meta, sidecar_path
 
@@ -57,36 +58,47 @@ def model_vocab_size(tok: Tokenizer) -> int:
 
 
 def _vocab_is_known(cfg: Config) -> bool:
-    files = bin_files(cfg.data)
     given = cfg.data.tokenizer not in BUILTIN_TOKENIZERS  # a tokenizer.json says its own size
-    return given or files is None or sidecar_path(files[0]).is_file()
+    return given or all(
+        files is None or sidecar_path(files[0]).is_file()
+        for files in (bin_files(part) for part in _parts(cfg))
+    )
+
+
+def _parts(cfg: Config) -> tuple[DataConfig, ...]:
+    """The data configs the tokenizer must fit: data.path's, or one per source of a mixture."""
+    return part_configs(cfg.data) or (cfg.data,)
 
 
 def _tokenizer(cfg: Config, run: Path, resume: bool) -> Tokenizer:
+    if cfg.data.sources:  # before one source's tokenizer is taken for all
+        check_shared_tokenizer(cfg.data.sources)
     if cfg.data.tokenizer == "byte":
         return ByteTokenizer()
     if resume:
         return BPETokenizer.load(run / TOKENIZER_FILE)
-    files = bin_files(cfg.data)
     # A tokenizer.json; a store checks that it is the one the store was made with.
     if cfg.data.tokenizer != "bpe":
         tok = BPETokenizer.from_file(cfg.data.tokenizer)
-        if files is not None:
-            _same_vocab(tok, files[0], f"data.tokenizer {cfg.data.tokenizer}")
+        for files in (bin_files(part) for part in _parts(cfg)):
+            if files is not None:
+                _same_vocab(tok, files[0], f"data.tokenizer {cfg.data.tokenizer}")
         return tok
-    if cfg.data.path and is_store(Path(cfg.data.path)):  # the tokenizer the store was made with
-        file = store_tokenizer_file(Path(cfg.data.path), "bpe")
-        assert file is not None  # a BPE store always has its tokenizer file
-        return BPETokenizer.load(file)
-    if files is None:
-        train, _ = text_splits(cfg.data)
-        text = train.decode("utf-8", errors="replace")
-        return BPETokenizer.train([text], vocab_size=cfg.data.bpe_vocab_size)
-    meta = read_bin_meta(files[0], "bpe")
-    assert meta is not None and meta.tokenizer_file is not None  # read_bin_meta checked both
-    tok = BPETokenizer.load(meta.tokenizer_file)
-    _same_vocab(tok, files[0], f"its tokenizer file {meta.tokenizer_file}")
-    return tok
+    for part in _parts(cfg):  # the tokenizer the data was made with (the sources share one)
+        if part.path and is_store(Path(part.path)):
+            file = store_tokenizer_file(Path(part.path), "bpe")
+            assert file is not None  # a BPE store always has its tokenizer file
+            return BPETokenizer.load(file)
+        files = bin_files(part)
+        if files is not None:
+            meta = read_bin_meta(files[0], "bpe")
+            assert meta is not None and meta.tokenizer_file is not None  # read_bin_meta checked
+            tok = BPETokenizer.load(meta.tokenizer_file)
+            _same_vocab(tok, files[0], f"its tokenizer file {meta.tokenizer_file}")
+            return tok
+    # Text only: trained on the train split of every source.
+    texts = [text_splits(part)[0].decode("utf-8", errors="replace") for part in _parts(cfg)]
+    return BPETokenizer.train(texts, vocab_size=cfg.data.bpe_vocab_size)
 
 
 def _same_vocab(tok: Tokenizer, bin_file: Path, source: str) -> None:

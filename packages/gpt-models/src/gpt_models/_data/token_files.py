@@ -67,6 +67,12 @@ def read_bin_meta(bin_path: Path, tokenizer: str) -> BinMeta | None:
     return meta
 
 
+def read_sidecar(bin_path: Path) -> BinMeta | None:
+    """The checked sidecar of ``bin_path`` as it is (None: it has none), whatever the run's tokenizer."""
+    side = sidecar_path(bin_path)
+    return _parse(side) if side.is_file() else None
+
+
 def _parse(side: Path) -> BinMeta:
     try:
         raw: Any = json.loads(side.read_text(encoding="utf-8"))

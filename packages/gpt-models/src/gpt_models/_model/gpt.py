@@ -380,6 +380,22 @@ def loss_fn(
         >>> abs(float(loss) - math.log(256)) < 0.3  # the untrained model is near uniform
         True
     """
+    return token_losses(params, batch, config, constrain, dropout_key=dropout_key).mean()
+
+
+def token_losses(
+    params: bx.Params,
+    batch: Array,
+    config: Any,
+    constrain: Any = _no_constraint,
+    *,
+    dropout_key: Array | None = None,
+) -> Array:
+    """Next-token cross-entropy (nats) of each position of ``batch: (B, T + 1)``: ``(B, T)``.
+
+    :func:`loss_fn` is its mean; the train step of a data mixture also takes each row's mean, the
+    loss of the source the row came from.
+    """
     inputs, targets = batch[:, :-1], batch[:, 1:]
     model = gpt(config)
     training = dropout_key is not None and model.cfg.dropout > 0
@@ -388,7 +404,7 @@ def loss_fn(
     logits = model(params, inputs, is_training=training, constrain=constrain)[0]
     logz = jax.nn.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    return (logz - picked).mean()
+    return logz - picked
 
 
 def param_count(config: Any) -> int:

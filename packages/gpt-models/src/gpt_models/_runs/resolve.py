@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import TextIO
 
 from .._config.schema import BUILTIN_TOKENIZERS, Config, DataConfig, ModelConfig, fit_warmup
+from .._config.sources import DataSource
 from .._config.toml import load_config
 from .._data.corpus import Tokenizer, bin_files
+from .._data.mixture import missing_source
 from .._data.run_tokenizer import prepare_tokenizer
 from .._data.store import is_store
 from .._errors import ConfigError, DataError
@@ -34,6 +36,7 @@ DATA_KINDS = {
     "text": "text (a file or a folder of files)",
     "bin": "nanoGPT .bin token ids",
     "store": "a token store made by gpt prepare",
+    "mixture": "a mixture of data.sources",
 }
 # Model keys that may differ from the weights a run starts from or resumes: how the same weights
 # are computed (the attention kernel, compute dtype, remat, scan), stored or regularised (dropout).
@@ -72,7 +75,7 @@ def resolve_paths(cfg: Config) -> Config:
     d = cfg.data
     path = absolute(d.path) if d.path else ""
     tokenizer = d.tokenizer if d.tokenizer in BUILTIN_TOKENIZERS else absolute(d.tokenizer)
-    kind = data_kind(path)
+    kind = "mixture" if d.sources else data_kind(path)
     if d.kind and d.kind != kind:
         raise DataError(
             f"data.path = {path} holds {DATA_KINDS[kind]}, but this run was made with "
@@ -80,9 +83,26 @@ def resolve_paths(cfg: Config) -> Config:
             "were replaced since. Put the run's data back at that path, or train a new run on "
             "this data (gpt train --set data.path=...)."
         )
-    data = dataclasses.replace(d, path=path, tokenizer=tokenizer, kind=kind)
+    sources = tuple(_resolve_source(i, s) for i, s in enumerate(d.sources))
+    data = dataclasses.replace(d, path=path, tokenizer=tokenizer, kind=kind, sources=sources)
     source = absolute(cfg.init.source) if cfg.init.source else ""
     return dataclasses.replace(cfg, data=data, init=dataclasses.replace(cfg.init, source=source))
+
+
+def _resolve_source(i: int, src: DataSource) -> DataSource:
+    """A source of ``data.sources`` as ``data.path`` is resolved: absolute, its kind and name set."""
+    path = absolute(src.path)
+    if not Path(path).exists():
+        raise missing_source(i, dataclasses.replace(src, path=path))
+    kind = data_kind(path)
+    if src.kind and src.kind != kind:
+        raise DataError(
+            f"data.sources[{i}] ({src.label!r}) path {path} holds {DATA_KINDS[kind]}, but this "
+            f"run was made with {DATA_KINDS[src.kind]} there (kind = {src.kind!r} in its "
+            "config.toml): the files were replaced since. Put the source's data back at that "
+            "path, or train a new run on this data."
+        )
+    return dataclasses.replace(src, path=path, kind=kind, name=src.label)
 
 
 def resolve_config(

@@ -4,7 +4,7 @@ samples of trained params (``evaluate.py``; windows scored by ``scoring.py`` for
 ``text_eval.py`` and JSONL tasks in ``tasks.py``; lm-evaluation-harness tasks in ``lm_eval.py``,
 its ``gpt-models`` model type in ``lm_eval_model.py``), the memory pre-flight of training
 (``preflight.py``) and of sampling and evaluation (``use_preflight.py``), metrics (``logging.py``,
-``metrics_csv.py``), progress and MFU (``progress.py``, ``mfu.py``), the step-time split and
+``metrics_csv.py``, a data mixture's per-source ``source_metrics.py``), progress and MFU (``progress.py``, ``mfu.py``), the step-time split and
 ``--profile`` (``profiling.py``), signals (``signals.py``) and the host allocator
 (``host_memory.py``).
 

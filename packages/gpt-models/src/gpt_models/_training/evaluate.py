@@ -14,6 +14,7 @@ from jax.sharding import Mesh
 from .._config.schema import Config
 from .._data.byte_tokenizer import ByteTokenizer
 from .._data.corpus import Dataset, Tokenizer, eval_batches, load_dataset
+from .._data.mixture import MixedTokens
 from .._data.run_tokenizer import decode_lenient, run_tokenizer
 from .._distributed.mesh import place_batch, single_device_mesh
 from .._distributed.processes import host_value
@@ -25,7 +26,12 @@ from .step import compile_eval_step
 class Evaluator:
     """Mean loss over the first ``train.eval_batches`` validation windows, in ``self.unit``:
     nats per byte, or nats per token when the data's bytes are unknown (a ``.bin`` without a
-    sidecar)."""
+    sidecar).
+
+    A mixture (``data.sources``) is evaluated on each source's own validation split (the same
+    windows per source); the call returns the weighted mean ``sum_k w_k * loss_k`` (each in the
+    unit; the weights normalised) and ``by_source`` keeps each source's loss.
+    """
 
     def __init__(self, cfg: Config, mesh: Mesh, params: Any, dataset: Dataset,
                  step: Any = None) -> None:  # fmt: skip
@@ -33,38 +39,73 @@ class Evaluator:
         self.fn = step if step is not None else compile_eval_step(cfg, mesh, params)
         self.mesh = mesh
         self.rows = t.batch_size // t.grad_accum
-        self.batches = eval_batches(
-            dataset.val, n_batches=t.eval_batches, batch_size=self.rows, seq_len=cfg.model.seq_len,
-            process_index=jax.process_index(), process_count=jax.process_count(),
-        )  # fmt: skip
-        # Unknown bytes (a .bin without a sidecar): the loss stays per token.
-        self.bytes_per_token = dataset.bytes_per_token or 1.0
-        self.unit = "nats/byte" if dataset.bytes_per_token else "nats/token"
+        parts = dataset.parts or (dataset,)
+        self.batches = [
+            eval_batches(
+                p.val, n_batches=t.eval_batches, batch_size=self.rows,
+                seq_len=cfg.model.seq_len, process_index=jax.process_index(),
+                process_count=jax.process_count(),
+            )
+            for p in parts
+        ]  # fmt: skip
+        mixed = dataset.train if isinstance(dataset.train, MixedTokens) else None
+        self.names = mixed.names if mixed is not None else ()
+        self.weights = mixed.weights if mixed is not None else np.zeros(0)
+        # Unknown bytes (a .bin without a sidecar, in any source): the losses stay per token.
+        known = dataset.bytes_per_token is not None
+        self.bytes_per_token = [(p.bytes_per_token or 1.0) if known else 1.0 for p in parts]
+        self.unit = "nats/byte" if known else "nats/token"
         self.source = dataset.source
-        self.windows = (len(self.batches), self.rows, cfg.model.seq_len)
+        self.windows = (len(self.batches[0]), self.rows, cfg.model.seq_len)
+        self.by_source: dict[str, float] = {}
 
     def __call__(self, params: Any) -> float:
-        losses = [self.fn(params, place_batch(b, self.mesh)) for b in self.batches]
-        return float(np.mean([host_value(x) for x in losses])) / self.bytes_per_token
+        losses = []
+        for batches, bpt in zip(self.batches, self.bytes_per_token, strict=True):
+            values = [self.fn(params, place_batch(b, self.mesh)) for b in batches]
+            losses.append(float(np.mean([host_value(x) for x in values])) / bpt)
+        if not self.names:
+            return losses[0]
+        self.by_source = dict(zip(self.names, losses, strict=True))
+        return float(np.dot(self.weights, losses))
+
+    def metrics(self, loss: float) -> dict[str, np.ndarray]:
+        """``val_loss`` (``loss``, this call's result) and a mixture's ``val_loss/<source>``."""
+        out = {"val_loss": np.array([loss], np.float32)}
+        out |= {f"val_loss/{k}": np.array([v], np.float32) for k, v in self.by_source.items()}
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
 class ValLoss:
-    """A run's validation loss: the value, its unit, the data and windows it was measured on."""
+    """A run's validation loss: the value, its unit, the data and windows it was measured on.
+
+    For a mixture, ``loss`` is the weighted mean and ``by_source`` holds ``(name, weight, loss)``
+    of each source.
+    """
 
     loss: float
     unit: str
     step: int
     source: str
     windows: tuple[int, int, int]  # batches, rows per batch, tokens per row
+    by_source: tuple[tuple[str, float, float], ...] = ()
 
     def describe(self) -> str:
         """``val_loss 2.535940 nats/byte`` with the data, windows and step it measured."""
         batches, rows, seq = self.windows
-        return (
-            f"val_loss {self.loss:.6f} {self.unit} on the validation split of {self.source} "
-            f"({batches} batch(es) of {rows} x {seq} tokens, train.eval_batches), step {self.step}"
-        )
+        per = " per source" if self.by_source else ""
+        mean = ", the weighted mean of its sources" if self.by_source else ""
+        lines = [
+            f"val_loss {self.loss:.6f} {self.unit}{mean} on the validation split of {self.source} "
+            f"({batches} batch(es) of {rows} x {seq} tokens{per}, train.eval_batches), step "
+            f"{self.step}"
+        ]
+        lines += [
+            f"val_loss/{name} {loss:.6f} {self.unit} (weight {weight:.3g})"
+            for name, weight, loss in self.by_source
+        ]
+        return "\n".join(lines)
 
 
 def evaluate_run(run_dir: str | Path, config: Config | None = None, *, step: Any = None) -> ValLoss:
@@ -79,7 +120,12 @@ def evaluate_run(run_dir: str | Path, config: Config | None = None, *, step: Any
         tokenizer=run_tokenizer(run_dir, cfg),
     )  # fmt: skip
     evaluator = Evaluator(cfg, mesh, params, dataset, step)
-    return ValLoss(evaluator(params), evaluator.unit, at, dataset.source, evaluator.windows)
+    loss = evaluator(params)
+    parts = tuple(
+        (n, float(w), evaluator.by_source[n])
+        for n, w in zip(evaluator.names, evaluator.weights, strict=True)
+    )
+    return ValLoss(loss, evaluator.unit, at, dataset.source, evaluator.windows, parts)
 
 
 def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_tokens: int | None = None,

@@ -59,6 +59,7 @@ from .preflight import Plan, check_fits, is_out_of_memory, out_of_memory_message
 from .profiling import StepProfiler
 from .progress import Progress, plot_losses
 from .signals import TrainingInterrupted, stop_on_signals
+from .source_metrics import SourceMetrics
 from .step import (
     abstract_state,
     from_items,
@@ -425,6 +426,7 @@ class _Loop:
         self.stream = stream if is_primary() else io.StringIO()  # only process 0 reports
         self.step_fn = step_fn  # compiled by the pre-flight (preflight.plan_step)
         self.evaluate = Evaluator(cfg, mesh, abstract.params, dataset)
+        self.sources = SourceMetrics(cfg, dataset, start)  # a mixture's tokens/ and loss/<source>
         self.tasks = TaskEvals(cfg, dataset.tokenizer)
         self.logger = make_logger(cfg, run) if is_primary() else None
         self.log_state = self.logger.init() if self.logger else None
@@ -462,7 +464,7 @@ class _Loop:
         index, so the evaluation before update 0 is one before it.
         """
         self.val = self.progress.val = self.evaluate(state.params)
-        extra = {"val_loss": np.array([self.val], np.float32)}
+        extra = self.evaluate.metrics(self.val)
         extra |= {k: np.array([v], np.float32) for k, v in self.tasks(state.params).items()}
         print(
             f"Baseline before the first step: val loss {self.val:.4f} {self.evaluate.unit} on the "
@@ -520,11 +522,12 @@ class _Loop:
     def record(self, step: int, logs: Any, state: Any) -> None:
         """Check the loss, evaluate when due, log metrics and move the progress bar."""
         t, done = self.cfg.train, step + 1
+        logs, per_source = self.sources(step, logs)
         self.loss = float(logs["loss"][-1])
         if not math.isfinite(self.loss):
             self.ckpt.wait()  # the last good checkpoint is complete before we report it
             raise TrainingDivergedError(_diverged_message(self.cfg, step, self.loss, self.ckpt))
-        extra = {}
+        extra: dict[str, np.ndarray] = {}
         self.eval_seconds = 0.0
         if done % t.eval_every == 0 or done == t.steps:
             started = time.perf_counter()
@@ -533,7 +536,7 @@ class _Loop:
             # (which faults its scratch in once).
             keep_host_memory(False)
             self.val = self.progress.val = self.evaluate(state.params)
-            extra["val_loss"] = np.array([self.val], np.float32)
+            extra |= self.evaluate.metrics(self.val)
             extra |= {k: np.array([v], np.float32) for k, v in self.tasks(state.params).items()}
             self.eval_seconds = time.perf_counter() - started
         if done % self.cfg.log.every == 0 or extra:
@@ -545,6 +548,7 @@ class _Loop:
             if math.isfinite(mfu):  # no MFU without a known peak (CPU, unknown device kinds)
                 extra["mfu"] = np.array([mfu], np.float32)
         if self.logger:
+            extra |= per_source
             steps = {k: {"step": np.array([step], np.int32)} for k in extra}
             self.log_state = self.logger.log(self.log_state, logs | lox.logdict(extra, steps=steps))
         self.progress.update(done, self.loss, force="val_loss" in extra)

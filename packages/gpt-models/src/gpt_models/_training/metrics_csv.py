@@ -15,7 +15,11 @@ def write_metrics_csv(metrics_dir: Path, path: Path) -> None:
 
     ``wall_time`` is seconds since this process started its training loop (a resumed run starts
     again at 0); ``val_loss`` is in nats per byte; ``loss`` is the train loss in nats per token.
+    A mixture adds each source's ``loss/<source>``, ``val_loss/<source>`` and cumulative
+    ``tokens/<source>``.
     """
     logs = lox.load(metrics_dir)
     tasks = sorted(k for k in logs if k.startswith("eval/"))  # eval.tasks: eval/<task>/acc
-    lox.to_csv(logs, path, keys=[k for k in COLUMNS if k in logs] + tasks)
+    # A mixture's sources (data.sources): loss/<source>, val_loss/<source>, tokens/<source>.
+    sources = sorted(k for k in logs if k.startswith(("loss/", "val_loss/", "tokens/")))
+    lox.to_csv(logs, path, keys=[k for k in COLUMNS if k in logs] + sources + tasks)

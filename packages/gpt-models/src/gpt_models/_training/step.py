@@ -21,7 +21,7 @@ from core_primitives import compat, keypath_to_path, pytree_dataclass
 
 from .._config.schema import Config, TrainConfig
 from .._distributed.mesh import MICRO_BATCH_AXES, RULES, activation_constraint, batch_sharding
-from .._model.gpt import abstract_params, init_params, loss_fn
+from .._model.gpt import abstract_params, init_params, loss_fn, token_losses
 from .muon import make_muon
 
 
@@ -242,6 +242,13 @@ def dropout_key(rng: jax.Array, step: jax.Array, micro_batch: Any) -> jax.Array:
     return jax.random.fold_in(key, micro_batch)
 
 
+def _loss_and_rows(params: Any, batch: jax.Array, *, config: Any, constrain: Any, rows: bool,
+                   dropout_key: jax.Array | None = None) -> tuple[jax.Array, Any]:  # fmt: skip
+    """The mean loss (what is differentiated) and, with ``rows``, each row's mean (else None)."""
+    losses = token_losses(params, batch, config, constrain, dropout_key=dropout_key)
+    return losses.mean(), losses.mean(axis=-1) if rows else None
+
+
 def train_step(
     state: TrainState,
     batch: jax.Array,
@@ -256,30 +263,37 @@ def train_step(
     With ``model.dropout > 0`` each micro-batch's loss drops with :func:`dropout_key`; at 0 the
     step draws no key (the computation is the one without dropout).
     Logs (through ``lox.log``): ``micro_loss`` per micro-batch; ``loss``, ``grad_norm`` and ``lr``
-    once per step, with ``step=`` metadata.
+    once per step, with ``step=`` metadata; for a mixture (``data.sources``) also ``row_loss``,
+    each row's mean loss in the global batch's order, which the loop turns into ``loss/<source>``.
     """
-    grad_fn = jax.value_and_grad(functools.partial(loss_fn, config=cfg.model, constrain=constrain))
+    rows_too = bool(cfg.data.sources)  # a mixture's per-source losses need each row's loss
+    grad_fn = jax.value_and_grad(
+        functools.partial(_loss_and_rows, config=cfg.model, constrain=constrain, rows=rows_too),
+        has_aux=True,
+    )
     dropping = cfg.model.dropout > 0
 
-    def micro(acc: Any, mb_and_index: tuple[jax.Array, Any]) -> tuple[Any, jax.Array]:
+    def micro(acc: Any, mb_and_index: tuple[jax.Array, Any]) -> tuple[Any, Any]:
         mb, index = mb_and_index
         key = dropout_key(state.rng, state.step, index) if dropping else None
-        loss, grads = grad_fn(state.params, mb, dropout_key=key)
+        (loss, rows), grads = grad_fn(state.params, mb, dropout_key=key)
         lox.log({"micro_loss": loss})
-        return jax.tree.map(jnp.add, acc, grads), loss
+        return jax.tree.map(jnp.add, acc, grads), (loss, rows)
 
     n = batch.shape[0]
     zeros = jax.tree.map(jnp.zeros_like, state.params)
     if n == 1:  # no scan for the common case: one less loop for XLA to see through
-        grads, losses = micro(zeros, (batch[0], 0))
+        grads, (losses, rows) = micro(zeros, (batch[0], 0))
     else:
         indices = jnp.arange(n) if dropping else None  # None: the scan without dropout's input
-        grads, losses = jax.lax.scan(micro, zeros, (batch, indices))
+        grads, (losses, rows) = jax.lax.scan(micro, zeros, (batch, indices))
     grads = jax.tree.map(lambda g: g / n, grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     lr = make_schedule(cfg.train)(state.step)
     metrics = {"loss": jnp.mean(losses), "grad_norm": _global_norm(grads), "lr": lr}
+    if rows_too:  # in the global batch's row order: micro-batch by micro-batch
+        metrics["row_loss"] = rows.reshape(-1)
     lox.log(metrics, step=state.step)
     return TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng)
 
