@@ -14,6 +14,8 @@ from ._lazy import lazy_exports
 # needs the error helpers should not wait for it). This block is the one list of them.
 if TYPE_CHECKING:
     from . import compat as compat
+    from ._context import Context as Context
+    from ._context import bind_eqn as bind_eqn
     from ._dataclass import field as field
     from ._dataclass import pytree_dataclass as pytree_dataclass
     from ._display import dtype_shape as dtype_shape
@@ -22,10 +24,8 @@ if TYPE_CHECKING:
     from ._errors import format_problems as format_problems
     from ._errors import got_expected as got_expected
     from ._errors import list_alternatives as list_alternatives
-    from ._interpreter import Context as Context
-    from ._interpreter import EmittedStructureError as EmittedStructureError
     from ._interpreter import Interpreter as Interpreter
-    from ._interpreter import bind_eqn as bind_eqn
+    from ._interpreter_errors import EmittedStructureError as EmittedStructureError
     from ._interpreter_errors import RuleOutputError as RuleOutputError
     from ._lazy import lazy_exports as lazy_exports
     from ._paths import Path as Path

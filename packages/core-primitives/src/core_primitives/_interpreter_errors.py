@@ -17,6 +17,10 @@ from ._paths import keypath_to_path
 _ARRAY_LIKE = (jax.Array, np.ndarray, np.generic, int, float, complex)
 
 
+class EmittedStructureError(ValueError):
+    """Values emitted inside a higher-order primitive cannot leave it as they are."""
+
+
 class RuleOutputError(TypeError):
     """An ``Interpreter`` rule returned something other than one value per equation output.
 
