@@ -1,21 +1,41 @@
 """Every check a contributor or CI runs: `uv run nox -s <session>` (`uv run nox -l` lists them).
 
-CPU by default. The accelerator sessions (`integration_gpu`, `integration_tpu`, `bench_gpu`)
-install the JAX extra pinned to the locked JAX and fail where no such device exists: they are
-for the self-hosted runners of `.github/workflows/accelerators.yml`, not the default list.
+Python 3.11, 3.12 and 3.13 are supported. What the default sessions run, where (CPU):
+
+    session              Python   JAX                       tests
+    tests                3.13     the locked one (0.12)     every test of every package, the
+                                                            integration tests, the CI scripts'
+    integration(jax=V)   per JAX_MATRIX  V                  MATRIX_TESTS
+    integration_newest   3.12     the newest release        MATRIX_TESTS
+    floors               3.11     0.7.2, every dependency   every package's tests (FLOORS_TESTS
+                                  at its declared floor     where a package lists a sample)
+    lint, typecheck      3.11     the locked one (0.10.2)   ruff, mypy
+    docs                 3.11     the locked one (0.10.2)   the site and every doctest
+    wheels               3.11     the newest for 3.11       WHEEL_TESTS against each built wheel
+    lm_eval              3.11     the locked one (0.10.2)   gpt-models' lm-eval extra (its own
+                                                            venv: ~70 packages nothing else needs)
+
+A new JAX release is one line: lock it (`uv lock --upgrade-package jax`; `tests` then runs on
+it) and add the version it replaces to JAX_MATRIX, with the Python it needs.
+
+Not in the default list: `integration_gpu`, `integration_tpu` and `bench_gpu` install the JAX
+extra pinned to the locked JAX and fail where no such device exists (they are for the self-hosted
+runners of `.github/workflows/accelerators.yml`); `interop` installs torch and transformers;
+`bench` runs the benchmarks. How the sessions work (interpreters, venvs, installs) is in
+`.ci/nox_helpers.py`.
 """
 
 from __future__ import annotations
 
 import glob
-import os
 import shutil
-import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import nox
+
+sys.path.insert(0, str(Path(__file__).parent / ".ci"))
+import nox_helpers as h
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = True
@@ -31,15 +51,9 @@ nox.options.sessions = [
     "lm_eval",
 ]
 
-ROOT = Path(__file__).parent
+ROOT = h.ROOT
+PYTHONS = ["3.13", "3.12", "3.11"]  # supported, newest first: `tests` runs on the first found
 PACKAGES = ["core-primitives", "lox-logging", "blox-params", "paramspec-sharding", "gpt-models"]
-IMPORT_NAMES = {
-    "core-primitives": "core_primitives",
-    "lox-logging": "lox",
-    "blox-params": "blox",
-    "paramspec-sharding": "paramspec",
-    "gpt-models": "gpt_models",
-}
 # Third-party packages some tests use beyond a package's own dependencies.
 TEST_EXTRAS = {
     "core-primitives": [],
@@ -49,7 +63,15 @@ TEST_EXTRAS = {
     "gpt-models": ["wandb", "pandas", "tensorboardX", "tbparse"],
 }
 TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3.1"]
-JAX_MATRIX = ["0.7.2", "0.8.3", "0.9.2", "0.10.2"]
+# The JAX versions the matrix tests besides the locked ones, each with the Python it runs on
+# (JAX 0.11 and later need Python >= 3.12). The first is the oldest supported JAX: `floors` runs it.
+JAX_MATRIX = {
+    "0.7.2": "3.11",
+    "0.8.3": "3.11",
+    "0.9.2": "3.11",
+    "0.10.2": "3.11",
+}
+NEWEST_JAX_PYTHON = "3.12"  # `integration_newest`: the Python no other session runs the tests on
 # What the JAX-version matrix runs (`tests` runs everything on the locked JAX): the tests of code
 # whose behaviour differs between JAX versions -- everything reached through core_primitives.compat
 # (the interpreter, identity primitives, lox's transformations, paramspec's sharded init), the
@@ -60,6 +82,7 @@ MATRIX_TESTS = [
     "packages/*/tests/test_public_api.py",
     "packages/core-primitives/tests/test_interpreter.py",
     "packages/core-primitives/tests/test_threefry_lowering.py",
+    "packages/core-primitives/tests/test_compat.py",
     "packages/lox-logging/tests/test_transforms.py",
     "packages/lox-logging/tests/test_compositions.py",
     "packages/lox-logging/tests/test_autodiff_regressions.py",
@@ -129,194 +152,50 @@ FLOORS_TESTS = {
         "test_attention.py",
     ],
 }
-CI_MODULES = ["check_floors", "release_check", "check_api_docs"]  # .ci scripts with doctests
-PYTEST = ["pytest", "-q", "--timeout=900", "-p", "no:cacheprovider"]
-ENV = {
-    "WANDB_MODE": "disabled",
-    "JAX_PLATFORMS": "cpu",
-    "UV_SYSTEM_CERTS": "1",
-    "UV_PYTHON_DOWNLOADS": "never",
-}
+CI_MODULES = ["check_floors", "release_check", "check_api_docs", "nox_helpers"]  # with doctests
 
 
-def _sync(session: nox.Session, *groups: str) -> None:
-    """Install the locked workspace into the session's venv."""
-    args = ["uv", "sync", "--locked", "--all-packages", "--no-default-groups"]
-    for g in groups:
-        args += ["--group", g]
-    session.run_install(
-        *args, env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location}, external=True
-    )
-
-
-def _test_dirs() -> list[str]:
-    # A package whose tests folder is not in git yet (empty) is reported, not a usage error.
-    dirs = [f"packages/{p}/tests" for p in PACKAGES]
-    missing = [d for d in dirs if not list((ROOT / d).glob("test_*.py"))]
-    if missing:
-        print(f"nox: no tests yet in {missing}", file=sys.stderr)
-    return [d for d in dirs if d not in missing]
-
-
-@nox.session
+@nox.session(python=PYTHONS[0], venv_backend="none")
 def tests(session: nox.Session) -> None:
-    """Each package's tests, then the integration tests, on the locked JAX."""
-    _sync(session, "dev")
-    for d in _test_dirs():
-        session.run(*PYTEST, d, *session.posargs, env=ENV)
-    session.run(*PYTEST, "integration_tests", *session.posargs, env=ENV)
-    # The CI scripts' own logic (floors check, release check).
-    ci = [".ci/tests", "--doctest-modules", *(f".ci/{m}.py" for m in CI_MODULES)]
-    session.run(*PYTEST, *ci, env=ENV)
+    """Every package's tests and the integration tests on Python 3.13 with the locked JAX (0.12).
 
-
-def _matrix_install(session: nox.Session, jax_spec: list[str]) -> None:
-    editable = [a for p in PACKAGES for a in ("-e", f"packages/{p}")]
-    extras = sorted({x for xs in TEST_EXTRAS.values() for x in xs})
-    session.install(*editable, *jax_spec, *extras, *TEST_TOOLS)
-
-
-def _matrix_test_groups() -> list[list[str]]:
-    """MATRIX_TESTS that exist, one list per test folder (each folder runs in its own pytest)."""
-    groups: dict[str, list[str]] = {}
-    for pattern in MATRIX_TESTS:
-        for path in sorted(glob.glob(pattern, root_dir=ROOT)):
-            folder = path if (ROOT / path).is_dir() else str(Path(path).parent)
-            groups.setdefault(folder, []).append(path)
-    return list(groups.values())
-
-
-def _run_matrix_tests(
-    session: nox.Session, python: str = "python", floors_ran: bool = False
-) -> None:
-    external = python != "python"
-    session.run(
-        python, "-c", "import jax; print('JAX', jax.__version__)", env=ENV, external=external
-    )
-    for paths in _matrix_test_groups():
-        if floors_ran and paths[0].startswith("packages/"):
-            continue
-        session.run(python, "-m", *PYTEST, *paths, *session.posargs, env=ENV, external=external)
-
-
-@nox.session(python="3.11")
-@nox.parametrize("jax", JAX_MATRIX)
-def integration(session: nox.Session, jax: str) -> None:
-    """The version-sensitive tests (MATRIX_TESTS) against one JAX version of the matrix (CPU).
-
-    The locked JAX already runs every test in `tests`; its matrix entry only checks that the
-    packages, pip-installed with the newest releases of their other dependencies, import and
-    export their public API on it.
+    Also the CI scripts' own tests. Without Python 3.13 (outside CI, where that is an error) it
+    runs on the newest supported Python there is, with the JAX the lock gives that Python.
     """
-    _matrix_install(session, [f"jax=={jax}", f"jaxlib=={jax}"])
-    if jax == _locked_version("jax"):
-        session.log(f"JAX {jax} is the locked version: `nox -s tests` runs every test on it")
-        smoke = sorted(glob.glob("packages/*/tests/test_public_api.py", root_dir=ROOT))
-        for path in smoke:
-            session.run("python", "-m", *PYTEST, path, *session.posargs, env=ENV)
-        return
-    # `floors` runs every package's tests (gpt-models': FLOORS_TESTS, which hold its MATRIX_TESTS)
-    # on the oldest JAX already: there the matrix adds the integration tests.
-    oldest = jax == JAX_MATRIX[0]
-    if oldest:
-        session.log(
-            f"JAX {jax}: `floors` runs the packages' tests on it; the integration tests here"
-        )
-    _run_matrix_tests(session, floors_ran=oldest)
+    python = h.newest_python(session, PYTHONS)
+    venv = h.session_dir(session) / "venv"
+    h.sync_locked(session, venv, "dev", python=python)
+    py = str(venv / "bin" / "python")
+    h.print_jax(session, py)
+    for folder in [*h.package_test_dirs(PACKAGES), "integration_tests"]:
+        h.pytest(session, py, folder)
+    h.pytest(session, py, ".ci/tests", "--doctest-modules", *(f".ci/{m}.py" for m in CI_MODULES))
 
 
-def _python_at_least_312() -> str | None:
-    """An interpreter >= 3.12 on this machine, or None (newest JAX needs one)."""
-    candidates = [shutil.which(f"python3.{m}") for m in (14, 13, 12)]
-    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
-    for c in filter(None, candidates):
-        probe = "import sys; assert sys.version_info >= (3, 12)"
-        if subprocess.run([c, "-c", probe], capture_output=True).returncode == 0:
-            return c
-    return None
+@nox.session(venv_backend="none")
+@nox.parametrize("jax", list(JAX_MATRIX))
+def integration(session: nox.Session, jax: str) -> None:
+    """The version-sensitive tests (MATRIX_TESTS) on one JAX of the matrix, on its Python (CPU).
+
+    The oldest JAX runs only the integration tests here: `floors` runs the packages' tests on it.
+    """
+    py = h.matrix_venv(session, JAX_MATRIX[jax], f"JAX {jax} runs on it")
+    h.pip_install(session, py, *h.editable(PACKAGES, TEST_EXTRAS), f"jax=={jax}",
+                  f"jaxlib=={jax}", *TEST_TOOLS)  # fmt: skip
+    h.print_jax(session, py)
+    oldest = jax == next(iter(JAX_MATRIX))
+    for paths in h.existing_tests(MATRIX_TESTS, skip_packages=oldest):
+        h.pytest(session, py, *paths)
 
 
-def _uv() -> str:
-    # nox puts its uv on PATH only for sessions with a venv; `uv run nox` exports the running uv.
-    return os.environ.get("UV") or shutil.which("uv") or "uv"
-
-
-@nox.session(python=False)
+@nox.session(venv_backend="none")
 def integration_newest(session: nox.Session) -> None:
-    """MATRIX_TESTS against the newest JAX release (needs Python >= 3.12; skipped without one)."""
-    python = _python_at_least_312()
-    if python is None:
-        session.skip("no Python >= 3.12 interpreter on this machine: the newest JAX needs one")
-    venv = ROOT / ".nox" / "integration_newest-venv"
-    session.run(_uv(), "venv", "--clear", "-q", "-p", python, str(venv), external=True)
-    pyexe = str(venv / "bin" / "python")
-    editable = [a for p in PACKAGES for a in ("-e", f"packages/{p}")]
-    extras = sorted({x for xs in TEST_EXTRAS.values() for x in xs})
-    session.run(
-        _uv(),
-        "pip",
-        "install",
-        "-q",
-        "-p",
-        pyexe,
-        *editable,
-        "jax",
-        "jaxlib",
-        *extras,
-        *TEST_TOOLS,
-        external=True,
-    )
-    _run_matrix_tests(session, pyexe)
-
-
-# --- floors: every package at its declared lower bounds ------------------------------------------
-
-
-def _pyproject(path: Path) -> dict:
-    return tomllib.loads(path.read_text())
-
-
-def _requirements(pkg: str) -> list[str]:
-    """A package's dependencies and the dependencies of every extra it declares."""
-    project = _pyproject(ROOT / "packages" / pkg / "pyproject.toml")["project"]
-    extras = project.get("optional-dependencies", {})
-    return [*project.get("dependencies", []), *(r for rs in extras.values() for r in rs)]
-
-
-def _req_name(req: str) -> str:
-    return req.split(";")[0].split("[")[0].split("<")[0].split(">")[0].split("=")[0].split("!")[0]
-
-
-def _is_sibling(req: str) -> bool:
-    return _req_name(req).strip().lower().replace("_", "-") in PACKAGES
-
-
-def _with_siblings(pkg: str) -> list[str]:
-    """The package and every workspace package it needs, dependencies first."""
-    order: list[str] = []
-
-    def visit(p: str) -> None:
-        for req in _requirements(p):
-            if _is_sibling(req):
-                visit(_req_name(req).strip())
-        if p not in order:
-            order.append(p)
-
-    visit(pkg)
-    return order
-
-
-def _dev_bound(session: nox.Session, name: str) -> str:
-    """The root dev group's requirement for a third-party test dependency (it carries the floor)."""
-    dev = _pyproject(ROOT / "pyproject.toml")["dependency-groups"]["dev"]
-    for req in dev:
-        if _req_name(req).strip().lower() == name.lower():
-            return req
-    session.error(
-        f"test dependency {name!r} has no requirement in the root pyproject's dev group: add "
-        f"`{name}>=X` there so `nox -s floors` installs (and checks) its floor"
-    )
-    raise AssertionError  # session.error raises
+    """MATRIX_TESTS on Python 3.12 with the newest JAX release and the newest other dependencies."""
+    py = h.matrix_venv(session, NEWEST_JAX_PYTHON, "the newest JAX needs >= 3.12")
+    h.pip_install(session, py, *h.editable(PACKAGES, TEST_EXTRAS), "jax", "jaxlib", *TEST_TOOLS)
+    h.print_jax(session, py)
+    for paths in h.existing_tests(MATRIX_TESTS):
+        h.pytest(session, py, *paths)
 
 
 @nox.session(python=False)
@@ -325,114 +204,52 @@ def floors(session: nox.Session) -> None:
 
     One venv per package: the package and the siblings it needs (editable, every extra), its test
     dependencies at the root dev group's floors, JAX at the matrix's oldest version; every test,
-    or the FLOORS_TESTS sample where a package lists one. uv resolves
-    every direct requirement to its lowest version; `.ci/check_floors.py` fails when one landed
-    above its declared floor (a floor nothing can reach). Then the dev tools at their floors lint
-    and type-check the tree.
+    or the FLOORS_TESTS sample where a package lists one. uv resolves every direct requirement to
+    its lowest version; `.ci/check_floors.py` fails when one landed above its declared floor (a
+    floor nothing can reach). Then the dev tools at their floors lint and type-check the tree.
     """
-    tmp = Path(session.create_tmp())
-    oldest = JAX_MATRIX[0]
+    oldest = next(iter(JAX_MATRIX))
     for pkg in PACKAGES:
-        venv = tmp / f"floors-{pkg}"
-        session.run(_uv(), "venv", "--clear", "-q", "-p", "3.11", str(venv), external=True)
-        py = str(venv / "bin" / "python")
-        first_party = _with_siblings(pkg)
-        reqs = [r for p in first_party for r in _requirements(p) if not _is_sibling(r)]
-        provided = {_req_name(r).strip().lower() for r in reqs}
-        tests = [_dev_bound(session, x) for x in TEST_EXTRAS[pkg] if x.lower() not in provided]
-        editable = []
-        for p in first_party:
-            extras = _pyproject(ROOT / "packages" / p / "pyproject.toml")["project"]
-            names = ",".join(extras.get("optional-dependencies", {}))
-            editable += ["-e", f"packages/{p}[{names}]" if names else f"packages/{p}"]
-        jax = [f"jax=={oldest}", f"jaxlib=={oldest}"]
-        install = [_uv(), "pip", "install", "-q", "-p", py, "--resolution", "lowest-direct"]
-        session.run(*install, *editable, *jax, *tests, *TEST_TOOLS, external=True)
-        check = str(ROOT / ".ci" / "check_floors.py")
-        session.run(py, check, *reqs, *tests, *TEST_TOOLS, external=True)
-        tests_dir = f"packages/{pkg}/tests"
-        picked = [f"{tests_dir}/{f}" for f in FLOORS_TESTS.get(pkg, [])] or [tests_dir]
-        session.run(py, "-m", *PYTEST, *picked, *session.posargs, env=ENV, external=True)
-    _dev_tools_at_floors(session, tmp)
-
-
-def _dev_tools_at_floors(session: nox.Session, tmp: Path) -> None:
-    dev = _pyproject(ROOT / "pyproject.toml")["dependency-groups"]["dev"]
-    tools = [r for r in dev if _req_name(r).strip() in ("ruff", "mypy", "nox")]
-    venv = tmp / "floors-dev-tools"
-    session.run(_uv(), "venv", "--clear", "-q", "-p", "3.11", str(venv), external=True)
-    py = str(venv / "bin" / "python")
-    editable = [a for p in PACKAGES for a in ("-e", f"packages/{p}")]
-    install = [_uv(), "pip", "install", "-q", "-p", py, "--resolution", "lowest-direct"]
-    session.run(*install, *tools, *editable, external=True)
-    session.run(py, str(ROOT / ".ci" / "check_floors.py"), *tools, external=True)
-    session.run(py, "-m", "ruff", "check", ".", external=True)
-    session.run(py, "-m", "ruff", "format", "--check", ".", external=True)
-    session.run(py, "-m", "mypy", external=True)
-    session.run(py, "-m", "nox", "--list", external=True)
-
-
-# --- accelerators: self-hosted runners only; a missing device is a failure ----------------------
-
-
-def _locked_version(name: str) -> str:
-    """The version uv.lock pins for `name` (the accelerator extras use the locked JAX)."""
-    for package in _pyproject(ROOT / "uv.lock")["package"]:
-        if package["name"] == name:
-            return package["version"]
-    raise LookupError(f"{name} is not in uv.lock")
-
-
-def _require_accelerator(session: nox.Session, kind: str) -> None:
-    if kind == "gpu" and shutil.which("nvidia-smi") is None:
-        session.error(
-            "no NVIDIA GPU on this machine (nvidia-smi not found): run this on a GPU runner"
-        )
-    if kind == "tpu" and not (glob.glob("/dev/accel*") or glob.glob("/dev/vfio/*")):
-        session.error(
-            "no TPU on this machine (no /dev/accel* or /dev/vfio/*): run this on a TPU VM"
-        )
-
-
-def _accelerator_session(session: nox.Session, kind: str, extra: str) -> None:
-    _require_accelerator(session, kind)
-    jax = _locked_version("jax")
-    _matrix_install(session, [f"jax[{extra}]=={jax}"])
-    # JAX_PLATFORMS="" lets JAX pick the accelerator; the root conftest only sets it when unset. The
-    # tests compare float32 results tightly, as on CPU: no TF32/bf16 passes in float32 matmuls.
-    env = {**ENV, "JAX_PLATFORMS": "", "JAX_DEFAULT_MATMUL_PRECISION": "highest"}
-    probe = (
-        f"import jax; b = jax.default_backend(); assert b == {kind!r}, f'JAX sees {{b}}, not {kind}'; "
-        "print(jax.__version__, jax.device_count(), 'x', jax.devices()[0].device_kind)"
-    )
-    session.run("python", "-c", probe, env=env)
-    for d in [*_test_dirs(), "integration_tests"]:
-        session.run(*PYTEST, d, *session.posargs, env=env)
+        py = h.make_venv(session, JAX_MATRIX[oldest], f"floors-{pkg}")
+        h.install_at_floors(session, py, pkg, PACKAGES, TEST_EXTRAS[pkg], TEST_TOOLS, oldest)
+        folder = f"packages/{pkg}/tests"
+        h.pytest(session, py, *([f"{folder}/{f}" for f in FLOORS_TESTS.get(pkg, [])] or [folder]))
+    h.dev_tools_at_floors(session, h.make_venv(session, "3.11", "floors-dev-tools"), PACKAGES)
 
 
 @nox.session(python="3.11")
 @nox.parametrize("extra", ["cuda12", "cuda13"])
 def integration_gpu(session: nox.Session, extra: str) -> None:
     """Every test on the GPUs present, with `jax[cudaXX]` at the locked JAX; fails without a GPU."""
-    _accelerator_session(session, "gpu", extra)
+    _accelerator_tests(session, "gpu", extra)
 
 
 @nox.session(python="3.11")
 def integration_tpu(session: nox.Session) -> None:
     """Every test on the TPU chips present, with `jax[tpu]` at the locked JAX; fails without a TPU."""
-    _accelerator_session(session, "tpu", "tpu")
+    _accelerator_tests(session, "tpu", "tpu")
+
+
+def _accelerator_tests(session: nox.Session, kind: str, extra: str) -> None:
+    h.require_accelerator(session, kind)
+    session.install(*h.editable(PACKAGES, TEST_EXTRAS), _locked_jax(session, extra), *TEST_TOOLS)
+    h.check_accelerator_seen(session, kind)
+    for folder in [*h.package_test_dirs(PACKAGES), "integration_tests"]:
+        session.run(*h.PYTEST, folder, *session.posargs, env=h.accelerator_env(kind))
+
+
+def _locked_jax(session: nox.Session, extra: str) -> str:
+    return f"jax[{extra}]=={h.locked_version('jax', session.python)}"  # type: ignore[arg-type]
 
 
 @nox.session(python="3.11")
 def bench_gpu(session: nox.Session) -> None:
     """The gpt benchmark on one GPU (gpt2-small, bf16 compute): writes benchmarks/gpt/RESULTS-gpu.md."""
-    _require_accelerator(session, "gpu")
-    _matrix_install(session, [f"jax[cuda12]=={_locked_version('jax')}"])
+    h.require_accelerator(session, "gpu")
+    session.install(*h.editable(PACKAGES, TEST_EXTRAS), _locked_jax(session, "cuda12"))
     out = str(ROOT / "benchmarks" / "gpt" / "RESULTS-gpu.md")
-    env = {**ENV, "JAX_PLATFORMS": ""}
-    session.run(
-        "python", str(ROOT / "benchmarks" / "gpt" / "run.py"), "--gpu-only", "--out", out, env=env
-    )
+    script = str(ROOT / "benchmarks" / "gpt" / "run.py")
+    session.run("python", script, "--gpu-only", "--out", out, env={**h.ENV, "JAX_PLATFORMS": ""})
 
 
 @nox.session
@@ -442,13 +259,13 @@ def interop(session: nox.Session) -> None:
     Exports trained tiny GPT-2- and Llama-shaped runs and checks transformers' logits and greedy
     tokens on them; ``-- regen`` also rewrites the golden folders under gpt-models' tests/data.
     """
-    _sync(session, "dev")
+    h.sync_locked(session, session.virtualenv.location, "dev")
     session.install("torch", "transformers")
     data = ROOT / "packages" / "gpt-models" / "tests" / "data"
     if "regen" in session.posargs:
-        session.run("python", str(data / "make_hf_golden.py"), env=ENV)
-    session.run("python", str(data / "check_hf_interop.py"), env=ENV)
-    session.run(*PYTEST, "packages/gpt-models/tests/test_hf.py", env=ENV)
+        session.run("python", str(data / "make_hf_golden.py"), env=h.ENV)
+    session.run("python", str(data / "check_hf_interop.py"), env=h.ENV)
+    session.run(*h.PYTEST, "packages/gpt-models/tests/test_hf.py", env=h.ENV)
 
 
 @nox.session
@@ -460,18 +277,18 @@ def lm_eval(session: nox.Session) -> None:
     Offline: the tests' tasks are local YAMLs over local JSONL files; the datasets cache lives in
     the session's temporary folder.
     """
-    _sync(session, "dev", "lm-eval")
+    h.sync_locked(session, session.virtualenv.location, "dev", "lm-eval")
     hf_home = str(Path(session.create_tmp()) / "hf")
-    env = {**ENV, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": hf_home}
+    env = {**h.ENV, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": hf_home}
     src = "packages/gpt-models/src/gpt_models/_training"
     doctests = ["--doctest-modules", f"{src}/lm_eval.py", f"{src}/lm_eval_model.py"]
-    session.run(*PYTEST, "packages/gpt-models/tests/test_lm_eval.py", *doctests, env=env)
+    session.run(*h.PYTEST, "packages/gpt-models/tests/test_lm_eval.py", *doctests, env=env)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff lint and format check."""
-    _sync(session, "dev")
+    h.sync_locked(session, session.virtualenv.location, "dev")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
@@ -479,20 +296,19 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy over every package's sources."""
-    _sync(session, "dev")
+    h.sync_locked(session, session.virtualenv.location, "dev")
     session.run("mypy")
 
 
 @nox.session
 def docs(session: nox.Session) -> None:
     """Build the documentation site and run every doctest (docstrings and docs pages)."""
-    _sync(session, "dev", "docs")
+    h.sync_locked(session, session.virtualenv.location, "dev", "docs")
     session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"))
     session.run("python", str(ROOT / ".ci" / "check_api_docs.py"), str(ROOT / "site"))
-    srcs = [f"packages/{p}/src" for p in PACKAGES]
-    session.run(*PYTEST, "--doctest-modules", *srcs, env=ENV)
+    h.pytest(session, "python", "--doctest-modules", *(f"packages/{p}/src" for p in PACKAGES))
     readmes = sorted(glob.glob("packages/*/README.md", root_dir=ROOT))  # their PyPI pages
-    session.run(*PYTEST, "--doctest-glob=*.md", "docs", "README.md", *readmes, env=ENV)
+    h.pytest(session, "python", "--doctest-glob=*.md", "docs", "README.md", *readmes)
 
 
 @nox.session(python="3.11", reuse_venv=False)
@@ -503,39 +319,13 @@ def wheels(session: nox.Session) -> None:
     session.run("uv", "build", "--all-packages", "--wheel", "-o", str(dist), external=True)
     tmp = Path(session.create_tmp())
     for pkg in PACKAGES:
-        _check_wheel(session, pkg, dist, tmp)
-
-
-def _check_wheel(session: nox.Session, pkg: str, dist: Path, tmp: Path) -> None:
-    venv = tmp / f"venv-{pkg}"
-    session.run("uv", "venv", "--clear", "-q", "-p", sys.executable, str(venv), external=True)
-    py = str(venv / "bin" / "python")
-    (wheel,) = dist.glob(f"{pkg.replace('-', '_')}-*.whl")
-    # uv caches a --find-links wheel by its file name and never re-reads it, so a rebuilt wheel of
-    # an unchanged version (always the case here) would install the copy cached by an earlier run.
-    # Refreshing our own packages makes every install read the wheels this session just built.
-    refresh = [arg for name in PACKAGES for arg in ("--refresh-package", name)]
-    install = ["uv", "pip", "install", "-q", "-p", py, "--find-links", str(dist), *refresh]
-    session.run(*install, str(wheel), external=True)
-    if pkg == "core-primitives":
-        session.run(py, str(ROOT / ".ci" / "check_core_deps.py"), external=True)
-    session.run(*install, *TEST_EXTRAS[pkg], *TEST_TOOLS, external=True)
-    session.run(py, str(ROOT / ".ci" / "check_installed_wheels.py"), str(dist), external=True)
-    # Run the tests from a copy outside the source tree so only the installed wheel is importable.
-    tests = tmp / f"tests-{pkg}"
-    shutil.rmtree(tests, ignore_errors=True)
-    shutil.copytree(ROOT / "packages" / pkg / "tests", tests)
-    # The root conftest (the shared test environment, device-shaped meshes, `min_devices`) goes
-    # above the copy, and --confcutdir makes pytest load it from there.
-    shutil.copy(ROOT / "conftest.py", tmp / "conftest.py")
-    confcut = ["--confcutdir", str(tmp)]
-    picked = [str(tests / f) for f in WHEEL_TESTS.get(pkg, [])] or [str(tests)]
-    session.run(py, "-m", *PYTEST, *confcut, *picked, env=ENV, external=True)
+        picked = WHEEL_TESTS.get(pkg, [])
+        h.check_wheel(session, pkg, PACKAGES, dist, tmp, TEST_EXTRAS[pkg], TEST_TOOLS, picked)
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """Run every benchmark; each writes its RESULTS.md table next to its script."""
-    _sync(session, "dev")
+    h.sync_locked(session, session.virtualenv.location, "dev")
     for script in sorted(glob.glob(str(ROOT / "benchmarks" / "*" / "run.py"))):
-        session.run("python", script, *session.posargs, env=ENV)
+        session.run("python", script, *session.posargs, env=h.ENV)

@@ -45,3 +45,26 @@ def test_floors_runs_every_package_test_the_matrix_skips_on_the_oldest_jax():
         if (pkg := path.split("/")[1]) in floors and path.split("/")[-1] not in floors[pkg]
     ]
     assert missing == []
+
+
+def test_every_package_says_it_supports_the_pythons_ci_tests():
+    # The classifiers are what PyPI shows; the noxfile's PYTHONS are what CI runs the tests on.
+    import tomllib
+
+    said = {
+        pkg.name: sorted(
+            c.rsplit(" :: ", 1)[1]
+            for c in tomllib.loads((pkg / "pyproject.toml").read_text())["project"]["classifiers"]
+            if c.startswith("Programming Language :: Python :: 3.")
+        )
+        for pkg in sorted((ROOT / "packages").iterdir())
+        if (pkg / "pyproject.toml").is_file()
+    }
+    tested = sorted(_literal("PYTHONS"))
+    assert said == dict.fromkeys(said, tested) and len(said) == 5
+
+
+def test_every_session_python_is_a_supported_one():
+    pythons = set(_literal("PYTHONS"))
+    used = {*_literal("JAX_MATRIX").values(), _literal("NEWEST_JAX_PYTHON")}
+    assert used <= pythons, used - pythons
