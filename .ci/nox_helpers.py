@@ -129,7 +129,8 @@ def sync_locked(session: nox.Session, venv: str | Path, *groups: str, python: st
     args = [uv(), "sync", "--locked", "--all-packages", "--no-default-groups"]
     args += [a for g in groups for a in ("--group", g)]
     args += ["--python", python] if python else []
-    env = {"UV_PROJECT_ENVIRONMENT": str(venv)}
+    # VIRTUAL_ENV too: under `uv run nox` it names the tool venv, and uv warns that it differs.
+    env = {"UV_PROJECT_ENVIRONMENT": str(venv), "VIRTUAL_ENV": str(venv)}
     session.run_install(*args, env=env, external=True)
 
 
