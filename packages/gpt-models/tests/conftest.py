@@ -68,6 +68,22 @@ def small_config(**sections) -> Config:
 
 
 @pytest.fixture
+def error_line():
+    """``error_line(stderr)``: the one ``gpt: error: ...`` line a failed command ends with.
+
+    Progress lines (the pre-flight's, say) may come before it; nothing may come after it.
+    """
+
+    def last(err: str) -> str:
+        lines = err.strip().splitlines()
+        assert lines and lines[-1].startswith("gpt: error: "), err
+        assert sum(line.startswith("gpt: error:") for line in lines) == 1, err
+        return lines[-1]
+
+    return last
+
+
+@pytest.fixture
 def small() -> Config:
     return small_config()
 

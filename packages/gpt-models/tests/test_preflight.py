@@ -1,9 +1,11 @@
-"""The memory pre-flight: a step that cannot fit is refused before anything is written,
-with settings that fit, computed by compiling them; the typed errors a run raises."""
+"""The memory pre-flight of training: a step that cannot fit is refused before anything is
+written, with settings that fit, derived from the one compiled step; the typed errors a run raises."""
 
 import errno
 import io
+import logging
 
+import jax
 import pytest
 
 from gpt_models import (
@@ -24,18 +26,22 @@ def _sets(message: str) -> dict[str, str]:
 
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, small_args, capsys):
     assert main(["train", "--dry-run", "--out", str(tmp_path), *small_args]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     for line in ("parameters", "optimizer state", "step memory", "tokens per step",
                  "FLOPs per token", "It fits"):  # fmt: skip
         assert line in out, out
     assert "tokens per step  256 (batch 8 x seq_len 32" in out
     assert list(tmp_path.iterdir()) == []
+    # Not silent while it compiles: a line says so before the compile starts.
+    assert "pre-flight: compiling the train step (8 cpu device(s)) ahead of time" in err, err
 
 
 def test_refusal_names_both_numbers_and_settings_that_fit(tmp_path, make_config, monkeypatch):
     cfg = make_config(train={"batch_size": 32}, mesh={"data": -1})
     plan = plan_training(cfg, stream=io.StringIO())
-    budget = plan.memory.per_device * 2 // 3  # the step as given cannot fit
+    # The step as given cannot fit; one with more micro-batches can, also by the estimate, which
+    # errs high (by 25% here, where the parameters' fixed share of the temporaries is large).
+    budget = plan.memory.per_device * 3 // 4
     monkeypatch.setenv("GPT_MEMORY_BUDGET", str(budget))
     run = tmp_path / "run"
     with pytest.raises(OutOfMemoryError) as caught:
@@ -43,8 +49,10 @@ def test_refusal_names_both_numbers_and_settings_that_fit(tmp_path, make_config,
     message = str(caught.value)
     assert "does not fit in memory" in message and f"GPT_MEMORY_BUDGET={budget}" in message
     assert "Nothing was written" in message and not run.exists()
+    assert "fits in" in message and "estimated from the compiled step's memory analysis" in message
     assert isinstance(caught.value, MemoryError) and isinstance(caught.value, UsageError)
-    # The suggestion is accepted by the config and fits the same budget when compiled.
+    # The suggestion is accepted by the config and fits the same budget when compiled: the
+    # estimate it was derived from does not fall short.
     sets = _sets(message)
     assert set(sets) <= {"train.grad_accum", "model.remat"} and sets, message
     fixed = apply_overrides(cfg, sets, from_text=True)
@@ -52,11 +60,45 @@ def test_refusal_names_both_numbers_and_settings_that_fit(tmp_path, make_config,
     assert again.fits and again.memory.per_device <= budget
 
 
-def test_cli_refusal_exits_2_without_a_traceback(tmp_path, small_args, monkeypatch, capsys):
+def test_the_refusal_compiles_the_step_and_nothing_else(tmp_path, make_config, monkeypatch, caplog):
+    # What smaller micro-batches need is derived from the compiled step, not compiled: a refusal
+    # costs the one compile the run would have needed anyway.
+    cfg = make_config(train={"batch_size": 32}, mesh={"data": -1})
+    budget = plan_training(cfg, stream=io.StringIO()).memory.per_device * 3 // 4
+    monkeypatch.setenv("GPT_MEMORY_BUDGET", str(budget))
+    stream = io.StringIO()
+    refused = pytest.raises(OutOfMemoryError, match="--set train.grad_accum=")
+    with jax.log_compiles(True), caplog.at_level(logging.WARNING), refused:
+        train(cfg, tmp_path / "run", stream=stream)
+    compiles = [
+        r.getMessage() for r in caplog.records if "Finished XLA compilation" in r.getMessage()
+    ]
+    assert len(compiles) == 1, compiles
+    said = stream.getvalue()
+    assert "pre-flight: compiling the train step" in said
+    assert "pre-flight: looking for the train.grad_accum that fits" in said, said
+
+
+def test_a_budget_below_every_estimate_says_how_to_measure(tmp_path, make_config, monkeypatch):
+    cfg = make_config(train={"batch_size": 32}, mesh={"data": -1})
+    knob = plan_training(cfg, stream=io.StringIO()).knob
+    most = knob.values[-1]  # the most micro-batches the 8 data shards allow
+    monkeypatch.setenv("GPT_MEMORY_BUDGET", str(knob.need(most) - 1))
+    with pytest.raises(OutOfMemoryError) as caught:
+        train(cfg, tmp_path / "run", stream=io.StringIO())
+    message = str(caught.value)
+    assert f"Even a micro-batch of {32 // most} sequence(s) is estimated not to fit" in message
+    assert f"gpt train --dry-run --set train.grad_accum={most} measures it" in message
+    assert "model.remat=full" in message and "mesh.fsdp" in message
+
+
+def test_cli_refusal_exits_2_without_a_traceback(tmp_path, small_args, monkeypatch, capsys,
+                                                 error_line):  # fmt: skip
     monkeypatch.setenv("GPT_MEMORY_BUDGET", "1KiB")
     assert main(["train", "--out", str(tmp_path), "--name", "r", *small_args]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gpt: error: This run does not fit in memory") and "Traceback" not in err
+    assert error_line(err).startswith("gpt: error: This run does not fit in memory")
+    assert "Traceback" not in err
     assert "The state alone" in err and "Choose a smaller model" in err  # nothing can fit 1 KiB
     assert list(tmp_path.iterdir()) == []
 

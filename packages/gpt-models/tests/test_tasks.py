@@ -159,11 +159,12 @@ def test_bad_task_files(trained, tmp_path, text, message):
         evaluate_task(params, cfg, tmp_path / "bad.jsonl")
 
 
-def test_bad_task_file_at_the_cli_exits_2_without_a_traceback(trained, tmp_path, capsys):
+def test_bad_task_file_at_the_cli_exits_2_without_a_traceback(trained, tmp_path, capsys,
+                                                              error_line):  # fmt: skip
     (tmp_path / "bad.jsonl").write_text('{"context": "a b", "choices": ["c", "d"], "label": 5}\n')
     assert main(["eval", str(trained[0]), "--task", str(tmp_path / "bad.jsonl")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gpt: error: ") and "bad.jsonl:1: label = 5 is out of range" in err
+    assert "bad.jsonl:1: label = 5 is out of range" in error_line(err)
     assert "Traceback" not in err
     assert main(["eval", str(trained[0]), "--task", str(tmp_path / "none.jsonl")]) == 2
     assert "none.jsonl does not exist" in capsys.readouterr().err

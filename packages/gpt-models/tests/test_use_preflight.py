@@ -1,6 +1,6 @@
-"""The memory pre-flight of ``gpt sample`` and ``gpt eval``: their own programs are
-compiled before the checkpoint is read; one that cannot fit is refused with exit 2, both numbers
-and the largest ``--max-new-tokens`` / ``--batch-size`` that fits, and nothing read or written."""
+"""The memory pre-flight of ``gpt sample`` and ``gpt eval``: their own programs are compiled
+before the checkpoint is read; one that cannot fit is refused with exit 2, both numbers and the
+largest ``--max-new-tokens`` / ``--batch-size`` that fits, and nothing read or written."""
 
 import dataclasses
 import io
@@ -52,7 +52,7 @@ def test_sample_dry_run_prints_the_plan_and_reads_nothing(run, capsys):
     assert _files(run) == before
 
 
-def test_sample_refused_with_the_max_new_tokens_that_fits(run, capsys, monkeypatch):
+def test_sample_refused_with_the_max_new_tokens_that_fits(run, capsys, monkeypatch, error_line):
     one = _need(capsys, "sample", "--run", str(run), "--max-new-tokens", "1")
     many = _need(capsys, "sample", "--run", str(run), "--max-new-tokens", "20")
     assert many > one
@@ -61,7 +61,8 @@ def test_sample_refused_with_the_max_new_tokens_that_fits(run, capsys, monkeypat
     before = _files(run)
     assert main(["sample", "--run", str(run), "--max-new-tokens", "20"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gpt: error: gpt sample does not fit in memory: its sampling program")
+    assert error_line(err).startswith("gpt: error: gpt sample does not fit in memory: its sampling")
+    assert "pre-flight: looking for the --max-new-tokens that fits" in err
     assert f"GPT_MEMORY_BUDGET={budget}" in err and "Nothing was read or written" in err
     assert "Traceback" not in err and _files(run) == before
     fits = int(re.search(r"--max-new-tokens (\d+) fits in", err).group(1))
@@ -70,7 +71,7 @@ def test_sample_refused_with_the_max_new_tokens_that_fits(run, capsys, monkeypat
     assert _need(capsys, "sample", "--run", str(run), "--max-new-tokens", str(fits)) <= budget
 
 
-def test_eval_task_refused_with_the_batch_size_that_fits(run, capsys, monkeypatch):
+def test_eval_task_refused_with_the_batch_size_that_fits(run, capsys, monkeypatch, error_line):
     argv = ["eval", "--run", str(run), "--task", str(TASK)]
     one = _need(capsys, *argv, "--batch-size", "1")
     many = _need(capsys, *argv, "--batch-size", "64")
@@ -78,18 +79,20 @@ def test_eval_task_refused_with_the_batch_size_that_fits(run, capsys, monkeypatc
     monkeypatch.setenv("GPT_MEMORY_BUDGET", str(budget))
     assert main([*argv, "--batch-size", "64"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gpt: error: gpt eval does not fit in memory: its scorer (64 windows")
+    assert error_line(err).startswith("gpt: error: gpt eval does not fit in memory: its scorer (64")
     assert not (run / "evals").exists()
     fits = int(re.search(r"--batch-size (\d+) fits in", err).group(1))
     assert 1 <= fits < 64 and _need(capsys, *argv, "--batch-size", str(fits)) <= budget
 
 
-def test_eval_whose_parameters_cannot_fit_says_so(run, capsys, monkeypatch):
+def test_eval_whose_parameters_cannot_fit_says_so(run, capsys, monkeypatch, error_line):
     monkeypatch.setenv("GPT_MEMORY_BUDGET", "1KiB")
     before = _files(run)
     assert main(["eval", "--run", str(run)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gpt: error: gpt eval does not fit in memory: its eval step (8 windows")
+    assert error_line(err).startswith(
+        "gpt: error: gpt eval does not fit in memory: its eval step (8"
+    )
     assert "Even --batch-size 1 does not fit: the parameters alone take" in err
     assert "Traceback" not in err and _files(run) == before
 

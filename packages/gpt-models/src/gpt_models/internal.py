@@ -14,8 +14,6 @@ Modules, for a test that patches a name where the code looks it up:
 - ``data_prepare``: where ``prepare`` finds ``_CHUNK_BYTES`` (text per chunk) and
   ``write_json_atomic`` (its resume state and manifest). Tests patch them to stop a prepare
   between a chunk's ids and that chunk's state, as a ``kill -9`` could.
-- ``training_preflight``: the pre-flight's search for settings that fit, which a benchmark times
-  compile by compile.
 
 Functions: ``PendingDigest``, ``read_digest`` and ``verify_digest``, a checkpoint's per-array
 digest, which a benchmark times apart from the checkpoint write.
@@ -25,13 +23,11 @@ from ._data import prepare as data_prepare
 from ._runs.digest import PendingDigest, read_digest
 from ._runs.digest import verify as verify_digest
 from ._training import loop as training_loop
-from ._training import preflight as training_preflight
 
 __all__ = [
     "PendingDigest",
     "data_prepare",
     "read_digest",
     "training_loop",
-    "training_preflight",
     "verify_digest",
 ]

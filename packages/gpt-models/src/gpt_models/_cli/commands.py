@@ -179,7 +179,7 @@ def sample_command(args: argparse.Namespace) -> int:
     from .._data.run_tokenizer import run_tokenizer
     from .._runs.folders import load_run
     from .._training.evaluate import sample_lengths, sample_text
-    from .._training.use_preflight import plan_sample
+    from .._training.plans import plan_sample
     from .eval_report import run_preflight
 
     run = _chosen_run(args)
@@ -200,6 +200,7 @@ def sample_command(args: argparse.Namespace) -> int:
             cfg, len(ids), n, temperature=s.temperature if args.temperature is None else args.temperature,
             top_k=(s.top_k or None) if args.top_k is None else args.top_k,
             top_p=(s.top_p if s.top_p < 1 else None) if args.top_p is None else args.top_p,
+            stream=sys.stderr,
         )  # fmt: skip
         if run_preflight(args, plan):
             return 0
@@ -220,7 +221,7 @@ def sample_command(args: argparse.Namespace) -> int:
 def eval_command(args: argparse.Namespace) -> int:
     """``gpt eval``: ``val_loss <x>`` of a run's newest checkpoint, or ``--text`` / ``--task`` scores."""
     from .._training.evaluate import evaluate_run
-    from .._training.use_preflight import plan_eval
+    from .._training.plans import plan_eval
     from .eval_report import run_preflight
 
     if args.batch_size < 1:
@@ -245,7 +246,7 @@ def eval_command(args: argparse.Namespace) -> int:
     run = _chosen_run(args)
     config = _run_config(args, run, _EVAL_KEYS)
     if args.text is None and args.task is None:
-        plan = plan_eval(config or run_config(run), run)
+        plan = plan_eval(config or run_config(run), run, stream=sys.stderr)
         if run_preflight(args, plan):
             return 0
         print(evaluate_run(run, config, step=plan.compiled).describe())

@@ -21,16 +21,17 @@ from .._data.corpus import Tokenizer, load_dataset
 from .._data.run_tokenizer import run_tokenizer
 from .._errors import DataError
 from .._runs.folders import load_run, run_config
+from .._training.plans import plan_score
+from .._training.preflight import Plan, check_fits
 from .._training.tasks import TaskScore, evaluate_task, save_task_score
 from .._training.text_eval import encode_file, score_documents, text_files
-from .._training.use_preflight import UsePlan, check_use_fits, plan_score
 
 VAL_TEXT = "@val"
 
 
 def eval_files(args: argparse.Namespace, run: str, config: Config | None) -> int:
     """Print the ``--text`` score and the ``--task`` table; save each task's JSON in the run."""
-    if run_preflight(args, plan_score(config or run_config(run), args.batch_size)):
+    if run_preflight(args, plan_score(config or run_config(run), args.batch_size, sys.stderr)):
         return 0
     cfg, params, step = load_run(run, config)
     tok = run_tokenizer(run, cfg)
@@ -69,12 +70,12 @@ def _task_names(given: list[str], scores: list[TaskScore]) -> list[str]:
     return [p if names.count(n) > 1 else n for p, n in zip(given, names, strict=True)]
 
 
-def run_preflight(args: argparse.Namespace, plan: UsePlan) -> bool:
+def run_preflight(args: argparse.Namespace, plan: Plan) -> bool:
     """Print the plan for ``--dry-run``; refuse a program that cannot fit. True: stop here."""
     if args.dry_run:
         print(f"Plan of gpt {args.command} (dry run: no checkpoint read, nothing written):\n"
               f"{plan.describe()}")  # fmt: skip
-    check_use_fits(plan)  # OutOfMemoryError: exit 2 with the knob's value that fits
+    check_fits(plan)  # OutOfMemoryError: exit 2 with the knob's value that fits
     if args.dry_run:
         print("It fits: the same command without --dry-run runs it.")
     return bool(args.dry_run)

@@ -23,7 +23,7 @@ from .._training.lm_eval import (
     task_manager,
     task_names,
 )
-from .._training.use_preflight import plan_score
+from .._training.plans import plan_score
 
 # What each of lm-eval's common metrics measures, in the units it is printed in.
 MEASURES = {
@@ -53,7 +53,7 @@ def lm_eval_command(args: argparse.Namespace) -> int:
     run = _chosen_run(args)
     config = _run_config(args, run, _EVAL_KEYS)
     manager = task_manager(names, args.include_path)
-    if run_preflight(args, plan_score(config or run_config(run), args.batch_size)):
+    if run_preflight(args, plan_score(config or run_config(run), args.batch_size, sys.stderr)):
         return 0
     cfg, params, step = load_run(run, config)
     scores = run_tasks(

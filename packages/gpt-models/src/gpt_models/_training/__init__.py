@@ -2,8 +2,8 @@
 them in a run folder (``loop.py``) once its launch is checked (``launch.py``), starting from other weights (``init_from.py``), evaluation and
 samples of trained params (``evaluate.py``; windows scored by ``scoring.py`` for whole texts in
 ``text_eval.py`` and JSONL tasks in ``tasks.py``; lm-evaluation-harness tasks in ``lm_eval.py``,
-its ``gpt-models`` model type in ``lm_eval_model.py``), the memory pre-flight of training
-(``preflight.py``) and of sampling and evaluation (``use_preflight.py``), metrics (``logging.py``,
+its ``gpt-models`` model type in ``lm_eval_model.py``), the memory pre-flight of every
+command (``preflight.py``; the program each command compiles for it: ``plans.py``), metrics (``logging.py``,
 ``metrics_csv.py``, a data mixture's per-source ``source_metrics.py``), progress and MFU (``progress.py``, ``mfu.py``), the step-time split and
 ``--profile`` (``profiling.py``), signals (``signals.py``) and the host allocator
 (``host_memory.py``).

@@ -32,10 +32,11 @@ from .._data.run_tokenizer import decode_lenient, run_tokenizer
 from .._errors import DataError, UsageError
 from .._model.generate import generate
 from .._runs.folders import load_run, run_config
+from .plans import plan_score
+from .preflight import check_fits
 from .scoring import on_one_device, score_windows
 from .tasks import TaskExample, _windows
 from .text_eval import text_windows
-from .use_preflight import check_use_fits, plan_score
 
 MODEL_NAME = "gpt-models"
 # lm-eval's generation options this model honours; others are refused rather than ignored.
@@ -215,7 +216,7 @@ class RunLM(LM):  # type: ignore[misc]
 
 def _load(run: str, batch_size: int) -> tuple[Config, Any, Tokenizer]:
     """The run's config, params and tokenizer, once the scorer's memory pre-flight has passed."""
-    check_use_fits(plan_score(run_config(run), batch_size))
+    check_fits(plan_score(run_config(run), batch_size))
     cfg, params, _ = load_run(run)
     return cfg, params, run_tokenizer(run, cfg)
 

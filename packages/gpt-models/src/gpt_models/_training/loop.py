@@ -55,7 +55,8 @@ from .launch import Launch, carry_records, check_launch, holds_checkpoints
 from .logging import check_tensorboard, check_wandb, make_logger
 from .metrics_csv import write_metrics_csv
 from .mfu import peak_flops, unknown_peak_note
-from .preflight import Plan, check_fits, is_out_of_memory, out_of_memory_message, plan_step
+from .plans import plan_step
+from .preflight import Plan, check_fits, is_out_of_memory, out_of_memory_message
 from .profiling import StepProfiler
 from .progress import Progress, plot_losses
 from .signals import TrainingInterrupted, stop_on_signals
@@ -145,8 +146,8 @@ def train(
     launch = check_launch(cfg, run, resume=resume, profile=profile)
     cfg, mesh, tokenizer, dataset, optimizer, abstract = _prepare(cfg, run, resume, stream)
     # Before anything is written: a step that cannot fit stops here, in seconds, with settings
-    # that do (computed by compiling them); the compiled step is the one the loop runs.
-    plan = plan_step(cfg, optimizer, mesh, abstract)
+    # that do (derived from the compiled step); the compiled step is the one the loop runs.
+    plan = plan_step(cfg, optimizer, mesh, abstract, stream=stream)
     check_fits(plan)
     created = is_primary() and not run.exists()
     try:
@@ -220,7 +221,7 @@ def plan_training(
     if run_dir is not None:  # the checks `train` makes of its folder, with nothing written
         check_launch(cfg, run, resume=resume, profile=profile)
     cfg, mesh, _, _, optimizer, abstract = _prepare(cfg, run, resume, stream)
-    return plan_step(cfg, optimizer, mesh, abstract)
+    return plan_step(cfg, optimizer, mesh, abstract, stream=stream)
 
 
 def _prepare(cfg: Config, run: Path, resume: bool, stream: TextIO) -> tuple[Any, ...]:
@@ -424,7 +425,7 @@ class _Loop:
             cfg, run, mesh, dataset, ckpt, start
         )  # fmt: skip
         self.stream = stream if is_primary() else io.StringIO()  # only process 0 reports
-        self.step_fn = step_fn  # compiled by the pre-flight (preflight.plan_step)
+        self.step_fn = step_fn  # compiled by the pre-flight (plans.plan_step)
         self.evaluate = Evaluator(cfg, mesh, abstract.params, dataset)
         self.sources = SourceMetrics(cfg, dataset, start)  # a mixture's tokens/ and loss/<source>
         self.tasks = TaskEvals(cfg, dataset.tokenizer)

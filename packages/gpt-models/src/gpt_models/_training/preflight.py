@@ -1,46 +1,41 @@
-"""Memory pre-flight: compile the train step ahead of time and refuse, in seconds, a step that cannot fit.
+"""Memory pre-flight: a command's program compiled ahead of time and measured against the devices.
 
-XLA's memory analysis of the compiled step gives, per device, the bytes of its arguments (the state
-and the batch), its outputs (the new state, written over the donated old one: the aliased bytes
-are counted once) and its temporaries (every intermediate value of the step). Their sum is what the
-step needs on each device. It is compared with what each device has: the free part of
+``gpt train``, ``gpt sample`` and ``gpt eval`` compile the program they are about to run for
+abstract inputs (``plans.py``) before anything is read or written, and read XLA's memory analysis
+of it: per device, the bytes of its arguments, its outputs (those written over a donated argument
+are counted once) and its temporaries (every intermediate value). Their sum is what the program
+needs on each device. It is compared with what each device has: the free part of
 ``memory_stats()["bytes_limit"]`` on GPU/TPU, and ``MemAvailable`` of ``/proc/meminfo`` shared by
 the local CPU devices on CPU, 90% of either (the memory the process already holds, JAX's runtime
 included, is not available, so it is not counted twice). ``GPT_MEMORY_BUDGET`` (e.g. ``2GiB``)
 replaces the measured amount per device, all of it counted.
 
-On CPU the estimate adds one more temporary buffer and one more copy of the state: the host
-allocator keeps the freed scratch block of a step for the next one (``host_memory.py``), which in
-measurement settles at about two blocks, and each checkpoint takes a private copy of the state
+On CPU the train step's estimate adds one more temporary buffer and one more copy of the state: the
+host allocator keeps the freed scratch block of a step for the next one (``host_memory.py``), which
+in measurement settles at about two blocks, and each checkpoint takes a private copy of the state
 (``loop._safe_copy``).
 
-When the step does not fit, candidates are compiled (not guessed): more micro-batches
-(``train.grad_accum``, same ``train.batch_size``), then recomputed activations (``model.remat``);
-a line through the smallest and largest micro-batch picks the one candidate to compile and check.
-The compiled step that passed is handed to the loop, so the pre-flight costs no extra compile.
+A program that does not fit is refused (:func:`check_fits`) with both numbers and the value of its
+:class:`Knob` (the setting that sizes it: ``train.grad_accum``, ``--max-new-tokens``,
+``--batch-size``) that fits, found by :func:`first_fitting`. The compiled program that passed is
+the one the command runs, so the pre-flight costs no extra compile.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
-import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import jax
-import jax.numpy as jnp
-import numpy as np
-import optax
-from jax.sharding import Mesh
 
 from .._config.schema import Config
-from .._distributed.mesh import MICRO_BATCH_AXES, batch_sharding
 from .._errors import ConfigError, OutOfMemoryError
-from .._model.gpt import flops_per_token
 from .._runs.diskfull import error_chain
-from .step import TrainState, abstract_state, compile_train_step
 
 BUDGET_ENV = "GPT_MEMORY_BUDGET"
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -55,19 +50,23 @@ _OOM = re.compile(r"out of memory|RESOURCE_EXHAUSTED: .*allocat", re.IGNORECASE)
 
 @dataclasses.dataclass(frozen=True)
 class StepMemory:
-    """Bytes per device of one compiled step, from XLA's memory analysis."""
+    """Bytes per device of one compiled program, from XLA's memory analysis.
+
+    ``training``: a train step, which on CPU also keeps a scratch block and a checkpoint copy.
+    """
 
     arguments: int
     outputs: int
     aliased: int
     temporaries: int
     cpu: bool
+    training: bool = True
 
     @property
     def per_device(self) -> int:
-        """What the step needs on each device (on CPU with the kept scratch block and state copy)."""
+        """What the program needs on each device (a CPU train step with its kept extras)."""
         state = self.arguments + self.outputs - self.aliased
-        extra = self.temporaries + self.arguments if self.cpu else 0
+        extra = self.temporaries + self.arguments if self.cpu and self.training else 0
         return state + self.temporaries + extra
 
 
@@ -79,22 +78,53 @@ class Budget:
     source: str
 
 
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """The setting that sizes a program's memory, and what its candidate values need.
+
+    ``values``: the candidates, the value asked for first, then ever less memory. Memory grows
+    along a line with ``size(v)`` (micro-batch rows, new tokens, windows). ``need(v)``: bytes per
+    device, by compiling ``v`` (``compiles``) or derived from the compiled program; ``how`` says
+    which in the advice. ``setting(v)``: ``v`` as the user sets it. ``none_fits(budget)``: the
+    advice when even the last value does not fit.
+    """
+
+    name: str
+    values: Sequence[int]
+    size: Callable[[int], float]
+    need: Callable[[int], int | None]
+    compiles: bool
+    how: str
+    setting: Callable[[int], str]
+    none_fits: Callable[[int], str]
+    prefix: str = ""
+    suffix: str = ""
+
+
 @dataclasses.dataclass
 class Plan:
-    """The pre-flight's answer: the compiled step, its memory and the run's sizes."""
+    """The pre-flight's answer: a command's compiled program, its memory and the devices' budget.
 
-    cfg: Config
-    optimizer: optax.GradientTransformation
-    mesh: Mesh
+    ``gpt train --dry-run`` (:func:`gpt_models.plan_training`), ``gpt sample --dry-run`` and
+    ``gpt eval --dry-run`` print :meth:`describe`; :func:`check_fits` refuses a plan that does not
+    fit. ``cfg`` is the resolved config the program was compiled for.
+    """
+
+    command: str
+    program: str
     compiled: Any
     memory: StepMemory | None
     budget: Budget
     devices: int
     params: int
     param_bytes: int
-    opt_bytes: int
     compile_s: float
+    knob: Knob
+    cfg: Config
+    lines: list[str]  # the command's own lines of describe(), before the compile time
     baseline: int | None = None  # this process's resident memory when the plan was made
+    untouched: str = "Nothing was written."
+    stream: TextIO | None = None  # where the pre-flight says what it is doing
 
     @property
     def fits(self) -> bool:
@@ -102,27 +132,22 @@ class Plan:
         return not known or self.memory.per_device <= self.budget.per_device  # type: ignore[union-attr,operator]
 
     def describe(self) -> str:
-        """The plan as ``gpt train --dry-run`` prints it."""
-        t, m = self.cfg.train, self.cfg.model
-        tokens = t.batch_size * m.seq_len
-        lines = [
-            f"parameters       {self.params / 1e6:.2f}M ({size(self.param_bytes)})",
-            f"optimizer state  {size(self.opt_bytes)} ({t.optimizer})",
-            f"step memory      {_memory_line(self.memory)} on each of {self.devices} "
-            f"{jax.default_backend()} device(s)",
-            f"available        {size(self.budget.per_device)} per device ({self.budget.source})",
-            f"tokens per step  {tokens:,} (batch {t.batch_size} x seq_len {m.seq_len}; "
-            f"{t.grad_accum} micro-batch(es) of {t.batch_size // t.grad_accum})",
-            f"FLOPs per token  {flops_per_token(m):.3g} (training, forward and backward)",
-            f"compile          {self.compile_s:.1f} s",
-        ]
+        """The plan as the commands' ``--dry-run`` prints it."""
+        lines = [*self.lines, f"compile          {self.compile_s:.1f} s"]
         if self.memory is not None and self.memory.cpu and self.baseline is not None:
             peak = self.baseline + self.devices * self.memory.per_device
             lines.append(
-                f"host peak        {size(peak)} estimated for this process (now {size(self.baseline)}, "
-                "JAX and the compiler included, plus the step on every device)"
+                f"host peak        {size(peak)} estimated for this process (now "
+                f"{size(self.baseline)}, JAX and the compiler included, plus the program on each "
+                f"of its {self.devices} device(s))"
             )
         return "\n".join(lines)
+
+
+def say(stream: TextIO | None, text: str) -> None:
+    """A progress line of the pre-flight (process 0 only), so that a long compile is not silent."""
+    if stream is not None and jax.process_index() == 0:
+        print(f"pre-flight: {text}", file=stream, flush=True)
 
 
 def size(n: float | None) -> str:
@@ -134,18 +159,6 @@ def size(n: float | None) -> str:
             return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
-
-
-def _memory_line(mem: StepMemory | None) -> str:
-    if mem is None:
-        return "unknown (this backend gives no memory analysis)"
-    parts = (
-        f"{size(mem.per_device)} (state and batch {size(mem.arguments)}, new state "
-        f"{size(mem.outputs - mem.aliased)} beyond the donated one, temporaries {size(mem.temporaries)}"
-    )
-    if mem.cpu:
-        parts += ", plus a kept scratch block and a checkpoint copy of the state"
-    return parts + ")"
 
 
 def parse_size(text: str) -> int:
@@ -197,66 +210,8 @@ def _mem_available() -> int | None:
     return int(found.group(1)) * 1024 if found else None
 
 
-def step_memory(compiled: Any, mesh: Mesh) -> StepMemory | None:
-    """The per-device memory of a compiled step; ``None`` where the backend gives no analysis."""
-    try:
-        stats = compiled.memory_analysis()
-    except Exception:  # some backends raise "unimplemented"
-        return None
-    if stats is None:
-        return None
-    cpu = all(d.platform == "cpu" for d in mesh.devices.flat)
-    return StepMemory(
-        arguments=int(stats.argument_size_in_bytes),
-        outputs=int(stats.output_size_in_bytes),
-        aliased=int(stats.alias_size_in_bytes),
-        temporaries=int(stats.temp_size_in_bytes),
-        cpu=cpu,
-    )
-
-
-def abstract_batch(cfg: Config, mesh: Mesh) -> jax.ShapeDtypeStruct:
-    """The train step's batch ``(grad_accum, micro_batch, seq_len + 1)`` without its values."""
-    t = cfg.train
-    shape = (t.grad_accum, t.batch_size // t.grad_accum, cfg.model.seq_len + 1)
-    return jax.ShapeDtypeStruct(shape, jnp.int32, sharding=batch_sharding(mesh, MICRO_BATCH_AXES))
-
-
-def _compile(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh,
-             abstract: TrainState) -> tuple[Any, float]:  # fmt: skip
-    started = time.perf_counter()
-    jitted = compile_train_step(cfg, optimizer, mesh, abstract)
-    compiled = jitted.lower(abstract, abstract_batch(cfg, mesh)).compile()
-    return compiled, time.perf_counter() - started
-
-
-def _bytes(tree: Any) -> int:
-    return sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in jax.tree.leaves(tree))
-
-
-def plan_step(
-    cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh, abstract: TrainState
-) -> Plan:
-    """Compile the train step of ``cfg`` ahead of time and measure it against the devices."""
-    compiled, seconds = _compile(cfg, optimizer, mesh, abstract)
-    devices = list(mesh.devices.flat)
-    return Plan(
-        cfg=cfg,
-        optimizer=optimizer,
-        mesh=mesh,
-        compiled=compiled,
-        memory=step_memory(compiled, mesh),
-        budget=memory_budget(devices),
-        devices=len(devices),
-        params=sum(int(np.prod(a.shape)) for a in jax.tree.leaves(abstract.params)),
-        param_bytes=_bytes(abstract.params),
-        opt_bytes=_bytes(abstract.opt_state),
-        compile_s=seconds,
-        baseline=_resident_bytes(),
-    )
-
-
-def _resident_bytes() -> int | None:
+def resident_bytes() -> int | None:
+    """This process's resident memory (``VmRSS``), or ``None`` where there is no ``/proc``."""
     try:
         text = Path("/proc/self/status").read_text()
     except OSError:
@@ -265,24 +220,106 @@ def _resident_bytes() -> int | None:
     return int(found.group(1)) * 1024 if found else None
 
 
+def step_memory(compiled: Any, devices: Sequence[Any], training: bool = True) -> StepMemory | None:
+    """The per-device memory of a compiled program; ``None`` where the backend gives no analysis."""
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:  # some backends raise "unimplemented"
+        return None
+    if stats is None:
+        return None
+    return StepMemory(
+        arguments=int(stats.argument_size_in_bytes),
+        outputs=int(stats.output_size_in_bytes),
+        aliased=int(stats.alias_size_in_bytes),
+        temporaries=int(stats.temp_size_in_bytes),
+        cpu=all(d.platform == "cpu" for d in devices),
+        training=training,
+    )
+
+
+def memory_text(mem: StepMemory | None) -> str:
+    """A program's memory as the plans print it: the total, then its parts."""
+    if mem is None:
+        return "unknown (this backend gives no memory analysis)"
+    text = (
+        f"{size(mem.per_device)} ({mem.per_device:,} bytes: arguments {size(mem.arguments)}, "
+        f"outputs {size(mem.outputs - mem.aliased)} beyond the donated arguments, temporaries "
+        f"{size(mem.temporaries)}"
+    )
+    if mem.cpu and mem.training:
+        text += ", plus a kept scratch block and a checkpoint copy of the state"
+    return text + ")"
+
+
 def check_fits(plan: Plan) -> None:
-    """Raise :class:`OutOfMemoryError` with computed advice when ``plan`` does not fit."""
+    """Raise :class:`OutOfMemoryError` with the knob's value that fits, when ``plan`` does not fit."""
     if plan.fits:
         return
     raise OutOfMemoryError(refusal(plan))
 
 
 def refusal(plan: Plan) -> str:
-    """The message for a plan that does not fit: both numbers and settings that do."""
-    need, have = plan.memory.per_device, plan.budget.per_device  # type: ignore[union-attr]
-    t = plan.cfg.train
+    """The message for a plan that does not fit: both numbers and the setting that fits."""
+    mem, have = plan.memory, plan.budget.per_device
+    backend = jax.default_backend()
+    if mem.training:  # type: ignore[union-attr]
+        subject, per, where = (
+            "This run",
+            " per device",
+            f"each of the {plan.devices} {backend} device(s)",
+        )
+    else:
+        subject, per, where = plan.command, "", f"the {backend} device it runs on"
     return (
-        f"This run does not fit in memory: its train step needs {size(need)} per device "
-        f"(micro-batch {t.batch_size // t.grad_accum} of {plan.cfg.model.seq_len} tokens, "
-        f"model.remat={plan.cfg.model.remat}) and each of the {plan.devices} "
-        f"{jax.default_backend()} device(s) has {size(have)} ({plan.budget.source}). Nothing was "
-        f"written. {advice(plan, have)}"  # type: ignore[arg-type]
+        f"{subject} does not fit in memory: its {plan.program} needs "
+        f"{size(mem.per_device)}{per} and {where} has {size(have)} ({plan.budget.source}). "  # type: ignore[union-attr]
+        f"{plan.untouched} {advice(plan, have)}"  # type: ignore[arg-type]
     )
+
+
+def advice(plan: Plan, budget: int) -> str:
+    """The value of ``plan``'s knob that fits in ``budget`` bytes per device, as advice."""
+    knob = plan.knob
+    how = "by compiling candidates" if knob.compiles else "from the compiled program's analysis"
+    say(plan.stream, f"looking for the {knob.name} that fits in {size(budget)}, {how}")
+    found = first_fitting(knob, budget)
+    if found is None:
+        return knob.none_fits(budget)
+    value, need = found
+    per = " per device" if plan.memory is None or plan.memory.training else ""
+    return (
+        f"{knob.prefix}{knob.setting(value)} fits in {size(budget)}{per} ({knob.how}: "
+        f"{size(need)}).{knob.suffix}"
+    )
+
+
+def first_fitting(knob: Knob, budget: int) -> tuple[int, int] | None:
+    """The first of ``knob.values`` that fits ``budget``, and what it needs; ``None``: not even
+    the last.
+
+    The line through what the first and the last value need predicts the first that fits; a miss
+    moves to the next value (halfway towards the last when each one is a compile, the last fits).
+    """
+    values, need = list(knob.values), functools.cache(knob.need)
+    last = need(values[-1])
+    if last is None or last > budget:
+        return None
+    first = need(values[0]) if len(values) > 1 else last
+    if first is None:
+        return None
+    if first <= budget:
+        return values[0], first
+    s0, s1 = knob.size(values[0]), knob.size(values[-1])
+    per_size = (first - last) / max(s0 - s1, 1e-9)
+    end = len(values) - 1
+    i = next(i for i, v in enumerate(values) if last + per_size * (knob.size(v) - s1) <= budget)
+    while i < end:
+        found = need(values[i])
+        if found is not None and found <= budget:
+            return values[i], found
+        i = end - (end - i) // 2 if knob.compiles else i + 1
+    return values[-1], last
 
 
 def out_of_memory_message(err: BaseException, plan: Plan) -> str:
@@ -301,105 +338,6 @@ def out_of_memory_message(err: BaseException, plan: Plan) -> str:
         f"Out of memory while running the train step: {first[:300]} {said} Training stopped; no "
         f"checkpoint was damaged. {more} To check settings before a run: gpt train --dry-run."
     )
-
-
-def _with(cfg: Config, grad_accum: int, remat: str) -> Config:
-    return dataclasses.replace(
-        cfg,
-        train=dataclasses.replace(cfg.train, grad_accum=grad_accum),
-        model=dataclasses.replace(cfg.model, remat=remat),
-    )
-
-
-def _needs(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh) -> int | None:
-    compiled, _ = _compile(cfg, optimizer, mesh, abstract_state(cfg, optimizer, mesh))
-    mem = step_memory(compiled, mesh)
-    return mem.per_device if mem else None
-
-
-def advice(plan: Plan, budget: int) -> str:
-    """Settings of ``plan`` 's run that fit in ``budget`` bytes per device, found by compiling them.
-
-    The fewest micro-batches (``train.grad_accum``; ``train.batch_size`` kept) that fit, first
-    without changing ``model.remat``, then with ``model.remat=full``: two or three compiles for each
-    (``_fewest_accum``). When the state alone (parameters and optimizer state) exceeds ``budget``,
-    nothing is compiled.
-    """
-    cfg, t, mem = plan.cfg, plan.cfg.train, plan.memory
-    shards = plan.mesh.shape["data"] * plan.mesh.shape["fsdp"] * jax.process_count()
-    accums = [g for g in range(t.grad_accum, t.batch_size + 1)
-              if t.batch_size % g == 0 and (t.batch_size // g) % shards == 0]  # fmt: skip
-    floor = mem.per_device - 2 * mem.temporaries if mem and mem.cpu else None
-    if mem is not None and not mem.cpu:
-        floor = mem.per_device - mem.temporaries
-    if floor is not None and floor > budget:
-        return (
-            f"The state alone (parameters, optimizer state, batch) takes {size(floor)} per device, "
-            f"more than {size(budget)}: no micro-batch size or recomputation fits. Choose a smaller "
-            "model (model.d_model, model.n_layers) or shard the state over more devices "
-            "(mesh.fsdp)."
-        )
-    known: dict[tuple[int, str], int | None] = (
-        {(t.grad_accum, cfg.model.remat): mem.per_device} if mem else {}
-    )
-    remats = [cfg.model.remat] + (["full"] if cfg.model.remat != "full" else [])
-    for remat in remats:
-        found = _fewest_accum(plan, budget, accums, remat, known)
-        if found is not None:
-            g, need = found
-            sets = f"--set train.grad_accum={g}"
-            if remat != cfg.model.remat:
-                sets += f" --set model.remat={remat}"
-            return (
-                f"These settings fit in {size(budget)} per device (compiled and measured: "
-                f"{size(need)}): {sets} "
-                f"(micro-batch {t.batch_size // g}, the same train.batch_size = {t.batch_size}). "
-                "Or use more devices (mesh.fsdp shards the state)."
-            )
-    return (
-        f"Even one micro-batch of {t.batch_size // accums[-1] if accums else '?'} sequences with "
-        "model.remat=full does not fit: choose a smaller model (model.d_model, model.n_layers), a "
-        "shorter model.seq_len, or more devices with mesh.fsdp to shard the state."
-    )
-
-
-def _fewest_accum(plan: Plan, budget: int, accums: list[int], remat: str,
-                  known: dict[tuple[int, str], int | None]) -> tuple[int, int] | None:  # fmt: skip
-    """The fewest micro-batches (first of ``accums``, ascending) that fit, in two or three compiles.
-
-    The step's memory is what every micro-batch size needs (state, gradients) plus activations that
-    grow with the micro-batch. Measured at the largest and the smallest micro-batch, the line
-    through the two predicts the others; the predicted candidate is compiled to check it and, where
-    the line fell short, the next smaller micro-batch is, until one fits (the smallest one does).
-    Every suggestion is a compiled measurement, never the line's prediction.
-    """
-
-    def need(g: int) -> int | None:
-        if (g, remat) not in known:
-            known[(g, remat)] = _needs(_with(plan.cfg, g, remat), plan.optimizer, plan.mesh)
-        return known[(g, remat)]
-
-    smallest = need(accums[-1])
-    if smallest is None or smallest > budget:
-        return None
-    largest = need(accums[0])
-    if largest is None:
-        return None
-    if largest <= budget:
-        return accums[0], largest
-    batch = plan.cfg.train.batch_size
-    low, high = batch // accums[-1], batch // accums[0]
-    per_row = (largest - smallest) / max(high - low, 1)
-    first = next(
-        i for i, g in enumerate(accums) if smallest + per_row * (batch // g - low) <= budget
-    )
-    for g in accums[first:]:
-        found = need(g)
-        if found is None:
-            return None
-        if found <= budget:
-            return g, found
-    return None
 
 
 def is_out_of_memory(err: BaseException) -> bool:

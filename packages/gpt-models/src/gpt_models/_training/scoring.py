@@ -22,7 +22,9 @@ from .evaluate import _on_one_device
 
 
 @functools.lru_cache(maxsize=8)
-def _compiled(model: ModelConfig) -> Any:
+def compiled_scorer(model: ModelConfig) -> Any:
+    """The jitted scorer of ``model``: ``(params, windows) -> (log-probabilities, greedy hits)``."""
+
     def score(params: Any, windows: jax.Array) -> tuple[jax.Array, jax.Array]:
         logits = forward(params, windows[:, :-1], model).astype(jnp.float32)
         logp = jax.nn.log_softmax(logits, axis=-1)
@@ -47,7 +49,7 @@ def score_windows(params: Any, model: ModelConfig, windows: list[np.ndarray], *,
     5% of the windows in a file.
     """
     width = model.seq_len + 1
-    fn = _compiled(model)
+    fn = compiled_scorer(model)
     out: list[tuple[np.ndarray, np.ndarray]] = []
     status = StatusLine(stream, total=len(windows))
     for start in range(0, len(windows), batch_size):
