@@ -5,8 +5,10 @@ Python 3.11, 3.12 and 3.13 are supported. What the default sessions run, where (
     session              Python   JAX                       tests
     tests                3.13     the locked one (0.12)     every test of every package, the
                                                             integration tests, the CI scripts'
-    integration(jax=V)   per JAX_MATRIX  V                  MATRIX_TESTS
-    integration_newest   3.12     the newest release        MATRIX_TESTS
+    integration(jax=V)   per JAX_MATRIX  V                  MATRIX_TESTS; at the matrix's ends also
+                                                            MATRIX_INTEGRATION_TESTS (the oldest
+                                                            JAX: those alone, floors ran the rest)
+    integration_newest   3.12     the newest release        MATRIX_TESTS, MATRIX_INTEGRATION_TESTS
     floors               3.11     0.7.2, every dependency   every package's tests (FLOORS_TESTS
                                   at its declared floor     where a package lists a sample)
     lint, typecheck      3.11     the locked one (0.10.2)   ruff, mypy
@@ -76,8 +78,8 @@ NEWEST_JAX_PYTHON = "3.12"  # `integration_newest`: the Python no other session 
 # whose behaviour differs between JAX versions -- everything reached through core_primitives.compat
 # (the interpreter, identity primitives, lox's transformations, paramspec's sharded init), the
 # higher-order primitives blox re-traces (scan, shard_map, vmap'd randomness), orbax restores,
-# the train step -- plus each package's public-API test as an install smoke test, and every
-# integration test. A listed file that does not exist yet is left out, not an error.
+# the train step -- plus each package's public-API test as an install smoke test. A listed file
+# that does not exist yet is left out, not an error.
 MATRIX_TESTS = [
     "packages/*/tests/test_public_api.py",
     "packages/core-primitives/tests/test_interpreter.py",
@@ -93,9 +95,13 @@ MATRIX_TESTS = [
     "packages/paramspec-sharding/tests/test_init.py",
     "packages/paramspec-sharding/tests/test_orbax.py",
     "packages/gpt-models/tests/test_checkpoint.py",
-    # Every integration test but the fault suite: its kill -9 / lock / disk-full runs exercise our
-    # own process handling, not JAX's (the start-up timeout was checked on 0.7.2 by hand), and at
-    # several minutes each they would push CI past its time budget. `tests` runs them.
+]
+# The flows across packages: every integration test but the fault suite, whose kill -9 / lock /
+# disk-full runs exercise our own process handling, not JAX's (the start-up timeout was checked
+# on 0.7.2 by hand; `tests` runs them). They run at the ends of JAX_MATRIX (its oldest and newest
+# JAX) and in integration_newest; the versions in between run MATRIX_TESTS alone, which reach
+# every JAX-specific path (each integration run is ~2 minutes of the 60-minute CI budget).
+MATRIX_INTEGRATION_TESTS = [
     "integration_tests/test_blox_training.py",
     "integration_tests/test_gpt_distributed.py",
     "integration_tests/test_gpt_training.py",
@@ -177,14 +183,17 @@ def tests(session: nox.Session) -> None:
 def integration(session: nox.Session, jax: str) -> None:
     """The version-sensitive tests (MATRIX_TESTS) on one JAX of the matrix, on its Python (CPU).
 
-    The oldest JAX runs only the integration tests here: `floors` runs the packages' tests on it.
+    The oldest and the newest JAX of the matrix also run MATRIX_INTEGRATION_TESTS; the oldest
+    runs only those: `floors` runs the packages' tests on it.
     """
     py = h.matrix_venv(session, JAX_MATRIX[jax], f"JAX {jax} runs on it")
     h.pip_install(session, py, *h.editable(PACKAGES, TEST_EXTRAS), f"jax=={jax}",
                   f"jaxlib=={jax}", *TEST_TOOLS)  # fmt: skip
     h.print_jax(session, py)
-    oldest = jax == next(iter(JAX_MATRIX))
-    for paths in h.existing_tests(MATRIX_TESTS, skip_packages=oldest):
+    versions = list(JAX_MATRIX)
+    picked = [] if jax == versions[0] else MATRIX_TESTS
+    picked += MATRIX_INTEGRATION_TESTS if jax in (versions[0], versions[-1]) else []
+    for paths in h.existing_tests(picked):
         h.pytest(session, py, *paths)
 
 
@@ -194,7 +203,7 @@ def integration_newest(session: nox.Session) -> None:
     py = h.matrix_venv(session, NEWEST_JAX_PYTHON, "the newest JAX needs >= 3.12")
     h.pip_install(session, py, *h.editable(PACKAGES, TEST_EXTRAS), "jax", "jaxlib", *TEST_TOOLS)
     h.print_jax(session, py)
-    for paths in h.existing_tests(MATRIX_TESTS):
+    for paths in h.existing_tests([*MATRIX_TESTS, *MATRIX_INTEGRATION_TESTS]):
         h.pytest(session, py, *paths)
 
 

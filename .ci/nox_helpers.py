@@ -178,17 +178,14 @@ def package_test_dirs(packages: Sequence[str]) -> list[str]:
     return [d for d in dirs if d not in missing]
 
 
-def existing_tests(patterns: Iterable[str], skip_packages: bool = False) -> list[list[str]]:
+def existing_tests(patterns: Iterable[str]) -> list[list[str]]:
     """The files ``patterns`` match, one list per folder (each folder runs in its own pytest).
 
-    A pattern that matches nothing is left out, not an error. ``skip_packages`` leaves out the
-    packages' own tests (the integration tests stay).
+    A pattern that matches nothing is left out, not an error.
     """
     groups: dict[str, list[str]] = {}
     for pattern in patterns:
         for path in sorted(glob.glob(pattern, root_dir=ROOT)):
-            if skip_packages and path.startswith("packages/"):
-                continue
             folder = path if (ROOT / path).is_dir() else str(Path(path).parent)
             groups.setdefault(folder, []).append(path)
     return list(groups.values())

@@ -68,3 +68,11 @@ def test_every_session_python_is_a_supported_one():
     pythons = set(_literal("PYTHONS"))
     used = {*_literal("JAX_MATRIX").values(), _literal("NEWEST_JAX_PYTHON")}
     assert used <= pythons, used - pythons
+
+
+def test_every_matrix_integration_test_exists_and_the_fault_suite_is_not_one():
+    listed = _literal("MATRIX_INTEGRATION_TESTS")
+    assert [f for f in listed if not (ROOT / f).is_file()] == []
+    # The rest of integration_tests/ (the fault suite) runs in `tests` only.
+    every = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "integration_tests").glob("test_*.py"))
+    assert set(listed) < set(every)
