@@ -175,7 +175,12 @@ def _one_device(cfg: Config) -> Config:
 def _use_plan(command: str, program: str, cfg: Config, compile_at: Callable[[int], Any],
               knob: str, value: int, stream: TextIO | None, first: Callable[[], Any] | None = None,
               prefix: str = "") -> Plan:  # fmt: skip
-    """The plan of a one-device program sized by ``knob`` (``value`` asked, down to 1)."""
+    """The plan of a one-device program sized by ``knob`` (``value`` asked, down to 1).
+
+    Its progress lines go to ``stream`` only on a terminal: these programs compile in seconds, and
+    in a log or a pipe the lines would only come between the command and its own output.
+    """
+    stream = stream if stream is not None and stream.isatty() else None
     device = jax.devices()[:1]
     compiled, seconds = _compiled(stream, f"{command}'s {program.split(' (')[0]}",
                                   first or (lambda: compile_at(value)))  # fmt: skip
