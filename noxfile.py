@@ -60,7 +60,7 @@ PACKAGES = ["core-primitives", "lox-logging", "blox-params", "paramspec-sharding
 TEST_EXTRAS = {
     "core-primitives": [],
     "lox-logging": ["wandb", "hypothesis", "pandas", "tensorboardX", "tbparse"],
-    "blox-params": ["optax", "orbax-checkpoint", "treescope"],
+    "blox-params": ["optax", "orbax-checkpoint", "treescope", "hypothesis"],
     "paramspec-sharding": ["orbax-checkpoint"],
     "gpt-models": ["wandb", "pandas", "tensorboardX", "tbparse"],
 }
