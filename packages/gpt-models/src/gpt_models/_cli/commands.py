@@ -296,13 +296,9 @@ _FLAG_EXAMPLES = {
 def _check_distributed_flags(args: argparse.Namespace) -> None:
     address = args.coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS")
     if address is not None:
-        host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise UsageError(
-                f"gpt train --coordinator {address}: expected HOST:PORT with a port number from "
-                f"1 to 65535, e.g. --coordinator {address.rstrip(':') if not sep else host}:1234 "
-                "(the address of process 0, the same on every process)."
-            )
+        from .._distributed.startup import split_address
+
+        split_address(address)
     n = _count("--num-processes", args.num_processes, "JAX_NUM_PROCESSES")
     i = _count("--process-id", args.process_id, "JAX_PROCESS_ID")
     if (args.num_processes is not None or args.process_id is not None) and address is None:

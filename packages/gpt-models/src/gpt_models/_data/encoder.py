@@ -17,7 +17,7 @@ import numpy as np
 from .._errors import DataError
 from .bpe import END_OF_TEXT, BPETokenizer, end_of_text_id, read_tokenizer_json
 from .out_folder import STATE, TOKENIZER_JSON
-from .store import file_sha256, write_atomic
+from .store import file_sha256, tokenizer_sha256, write_atomic
 
 
 class Encoder:
@@ -36,9 +36,7 @@ class Encoder:
             self.json = tok.to_str(pretty=False)
 
     def sha256(self) -> str:
-        import hashlib
-
-        return hashlib.sha256((self.json or "byte").encode()).hexdigest()
+        return tokenizer_sha256(self.json)
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         if self.tok is None:

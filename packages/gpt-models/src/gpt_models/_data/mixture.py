@@ -13,7 +13,6 @@ and a mixture of one source draws exactly the windows ``data.path`` would. Readi
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from .._config.schema import DataConfig
 from .._config.sources import DataSource
 from .._errors import DataError
 from .bpe import BPETokenizer
-from .store import is_store, read_manifest
+from .store import is_store, read_manifest, tokenizer_sha256
 from .token_files import read_sidecar
 
 # The third entropy word of the source draws: [seed, step] alone is the window stream.
@@ -156,10 +155,10 @@ def _made_by(path: Path) -> _Made | None:
     meta = read_sidecar(bins[0]) if bins and bins[0].is_file() else None
     if meta is None:
         return None
-    if meta.tokenizer_file is None:
-        sha = hashlib.sha256(b"byte").hexdigest()  # what a byte-tokenizer store records
-    else:
-        sha = hashlib.sha256(BPETokenizer.load(meta.tokenizer_file).to_json().encode()).hexdigest()
+    tokenizer_json = (
+        None if meta.tokenizer_file is None else BPETokenizer.load(meta.tokenizer_file).to_json()
+    )
+    sha = tokenizer_sha256(tokenizer_json)
     return _Made(sha, f"the {meta.tokenizer} tokenizer ({meta.vocab_size} ids, sha256 {sha[:12]})")
 
 

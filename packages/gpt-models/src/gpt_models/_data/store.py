@@ -357,6 +357,12 @@ def store_tokenizer_file(folder: Path, want: str) -> Path | None:
     return path
 
 
+def tokenizer_sha256(tokenizer_json: str | None) -> str:
+    """A tokenizer's identity as a store's manifest records it: the sha256 of its JSON
+    (``None``: the byte tokenizer, recorded as the hash of ``b"byte"``)."""
+    return hashlib.sha256((tokenizer_json or "byte").encode()).hexdigest()
+
+
 def check_tokenizer_json(folder: Path, tokenizer_json: str | None) -> None:
     """The run's tokenizer (its JSON; None: byte) is the one the store was made with.
 
@@ -364,7 +370,7 @@ def check_tokenizer_json(folder: Path, tokenizer_json: str | None) -> None:
         DataError: it is not (e.g. a resumed run whose tokenizer.json differs from the store's).
     """
     info = read_manifest(folder)["tokenizer"]
-    got = hashlib.sha256((tokenizer_json or "byte").encode()).hexdigest()
+    got = tokenizer_sha256(tokenizer_json)
     if got != info["sha256"]:
         raise DataError(
             f"The run's tokenizer is not the one the token store {folder} was made with "

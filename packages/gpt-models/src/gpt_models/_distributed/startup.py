@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn, TextIO
 
+from .._errors import UsageError
+
 # Exit status of a multi-process failure: start-up timed out, or a peer was lost. Distinct from 2
 # (a mistake in the command) because relaunching the same command may well work.
 EXIT_PEERS = 3
@@ -33,12 +35,19 @@ EXIT_PEERS = 3
 _JAX_MARGIN_S = 30
 
 
-def _split_address(address: str) -> tuple[str, int]:
+def split_address(address: str) -> tuple[str, int]:
+    """``(host, port)`` of a ``HOST:PORT`` coordinator address (``[::1]:1234`` too).
+
+    Raises:
+        UsageError: not ``HOST:PORT`` with a port from 1 to 65535.
+    """
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(
-            f"--coordinator {address!r}: expected HOST:PORT, the address of process 0, e.g. "
-            "--coordinator 10.0.0.1:1234."
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        example = f"{(host if sep else address) or '10.0.0.1'}:1234"
+        raise UsageError(
+            f"gpt train --coordinator {address}: expected HOST:PORT with a port number from "
+            f"1 to 65535, e.g. --coordinator {example} (the address of process 0, the same on "
+            "every process)."
         )
     return host.strip("[]"), int(port)
 
@@ -52,7 +61,7 @@ def _fail(message: str, stream: TextIO) -> NoReturn:
 
 def _wait_for_port(address: str, deadline: float) -> bool:
     """True once something accepts connections at ``address``; False at ``deadline``."""
-    host, port = _split_address(address)
+    host, port = split_address(address)
     while True:
         try:
             with socket.create_connection((host, port), timeout=1.0):
