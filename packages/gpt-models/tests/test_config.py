@@ -211,10 +211,19 @@ def test_a_moved_key_names_its_new_place(old, new, tmp_path):
         apply_overrides(PRESETS["tiny"], {old: "1"}, from_text=True)
     section, name = new.split(".")
     assert str(info.value) == (
-        f"Config key {old!r} moved to {new!r}. Use --set {new}=..., or in a TOML file (a run's "
-        f"config.toml too) [{section}] {name} = ... in place of {old}."
+        f"Config key {old!r} moved to {new!r}. Use --set {new}=..., or in a TOML file "
+        f"[{section}] {name} = ... in place of {old}."
     )
     old_section, old_name = old.split(".")
     (tmp_path / "old.toml").write_text(f"[{old_section}]\n{old_name} = 1\n")
     with pytest.raises(ConfigError, match=f"moved to {new!r}"):
         load_config(str(tmp_path / "old.toml"))
+
+
+def test_a_run_folders_config_toml_reads_moved_keys_in_their_new_place(tmp_path):
+    # Runs made before the keys moved keep working: gpt wrote that file, not the user.
+    (tmp_path / "config.toml").write_text(
+        '[train]\ninit_from = "/runs/base"\npeak_flops = 1e12\neval_tasks = "t.jsonl"\n'
+    )
+    cfg = load_config(str(tmp_path / "config.toml"), run_folder=True)
+    assert (cfg.init.source, cfg.log.peak_flops, cfg.eval.tasks) == ("/runs/base", 1e12, "t.jsonl")

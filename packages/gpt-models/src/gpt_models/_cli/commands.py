@@ -373,7 +373,7 @@ def _train_config(args: argparse.Namespace) -> Config:
             raise ConfigError(
                 "--resume takes the run's own config.toml; do not pass --config with it."
             )
-        base = load_config(str(Path(args.resume) / "config.toml"))
+        base = load_config(str(Path(args.resume) / "config.toml"), run_folder=True)
     else:  # a fine-tune's schedule, not pre-training's, unless --config says otherwise
         base = load_config(args.config or ("finetune" if args.init_from else "tiny"))
     if getattr(args, "init_from", None):

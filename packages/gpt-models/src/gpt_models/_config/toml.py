@@ -125,8 +125,8 @@ def _unknown_key(key: str, cfg: Config) -> ConfigError:
         new = MOVED[key]
         section, name = new.split(".")
         return ConfigError(
-            f"Config key {key!r} moved to {new!r}. Use --set {new}=..., or in a TOML file (a "
-            f"run's config.toml too) [{section}] {name} = ... in place of {key}."
+            f"Config key {key!r} moved to {new!r}. Use --set {new}=..., or in a TOML file "
+            f"[{section}] {name} = ... in place of {key}."
         )
     keys = valid_keys(cfg)
     section = key.split(".")[0]
@@ -217,10 +217,13 @@ def get_preset(name: str) -> Config:
     return PRESETS[name]
 
 
-def load_config(source: str) -> Config:
+def load_config(source: str, *, run_folder: bool = False) -> Config:
     """A preset name or a TOML file path; a TOML file may name its base with ``preset = "..."``.
 
-    Keys the file leaves out keep the base preset's values (``tiny`` when it names none).
+    Keys the file leaves out keep the base preset's values (``tiny`` when it names none). With
+    ``run_folder``, the file is a run folder's ``config.toml``, written by gpt itself: keys that an
+    older version wrote in their old section (``MOVED``) are read in their new one, so runs made
+    before a key moved keep working; anywhere else an old key is refused with its new name.
 
     Raises:
         ConfigError: an unknown preset, a missing or malformed file, unknown keys or bad values.
@@ -256,11 +259,14 @@ def load_config(source: str) -> Config:
         ) from err
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"Config file {source} is not valid TOML: {err}.") from err
-    return from_dict(data, source=source)
+    return from_dict(data, source=source, run_folder=run_folder)
 
 
-def from_dict(data: Mapping[str, Any], *, source: str = "config") -> Config:
-    """Build a config from ``{section: {key: value}}`` on top of the ``preset`` it names (default tiny)."""
+def from_dict(
+    data: Mapping[str, Any], *, source: str = "config", run_folder: bool = False
+) -> Config:
+    """Build a config from ``{section: {key: value}}`` on top of the ``preset`` it names (default
+    tiny); ``run_folder``: read moved keys in their new place (see ``load_config``)."""
     data = dict(data)
     base = data.pop("preset", "tiny")
     cfg = get_preset(str(base))
@@ -270,6 +276,8 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> Config:
             flat[section] = values  # reported as an unknown key below
             continue
         flat.update({f"{section}.{k}": v for k, v in values.items()})
+    if run_folder:
+        flat = {MOVED.get(k, k): v for k, v in flat.items()}
     try:
         return apply_overrides(cfg, flat)
     except ConfigError as err:

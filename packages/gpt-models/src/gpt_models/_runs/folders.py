@@ -198,7 +198,7 @@ def write_text(path: Path, text: str) -> None:
 def run_config(run_dir: str | Path, *, flag: str = "--run") -> Config:
     """The config a run folder was trained with (its ``config.toml``)."""
     run = check_run_folder(run_dir, flag=flag)
-    return load_config(str(run / "config.toml"))
+    return load_config(str(run / "config.toml"), run_folder=True)
 
 
 def load_run(run_dir: str | Path, config: Config | None = None) -> tuple[Config, Any, int]:

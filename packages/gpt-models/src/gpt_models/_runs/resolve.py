@@ -170,7 +170,7 @@ def _read_source(folder: str, config_name: str, mtime_ns: int, size: int) -> Ini
     del mtime_ns, size  # part of the cache key only: a rewritten config file is read again
     path = Path(folder)
     if config_name == "config.toml":
-        model = load_config(str(path / "config.toml")).model
+        model = load_config(str(path / "config.toml"), run_folder=True).model
         kind = "run"
     else:
         from .hf_import import read_hf_config
