@@ -16,7 +16,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from .._config.schema import PRESETS
+from .._config.presets import PRESETS
 from .hf import export_parser, import_parser
 from .prepare import prepare_parser
 from .quiet_stderr import quiet_stderr

@@ -1,4 +1,4 @@
-"""Configs: the dataclasses and presets (``schema.py``), a data mixture's sources (``sources.py``),
+"""Configs: the dataclasses and their checks (``schema.py``), the presets (``presets.py``), a data mixture's sources (``sources.py``),
 TOML files and ``--set`` overrides (``toml.py``).
 
 Layer 1 of gpt_models. May import: ``.._errors``. Nothing else in gpt_models.

@@ -20,7 +20,8 @@ from typing import Any
 from core_primitives import did_you_mean, format_problems, list_alternatives
 
 from .._errors import ConfigError
-from .schema import CHOICES, PRESETS, Config
+from .presets import PRESETS
+from .schema import CHOICES, Config
 from .sources import DataSource, parse_sources
 
 # Flat views: "section.key" -> (field type, value)

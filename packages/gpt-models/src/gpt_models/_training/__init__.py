@@ -1,5 +1,6 @@
 """Training: the state, optimizer and jitted steps (``step.py``, ``muon.py``), the loop that runs
-them in a run folder (``loop.py``) once its launch is checked (``launch.py``), starting from other weights (``init_from.py``), evaluation and
+them in a run folder (``loop.py``, its steps in ``step_loop.py``) once its launch is checked
+(``launch.py``), starting from other weights (``init_from.py``), evaluation and
 samples of trained params (``evaluate.py``; windows scored by ``scoring.py`` for whole texts in
 ``text_eval.py`` and JSONL tasks in ``tasks.py``; lm-evaluation-harness tasks in ``lm_eval.py``,
 its ``gpt-models`` model type in ``lm_eval_model.py``), the memory pre-flight of every

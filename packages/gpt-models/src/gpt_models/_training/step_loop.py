@@ -1,0 +1,237 @@
+"""The step loop of a run: batches, the jitted step, evaluations, metrics, progress, checkpoints.
+
+``loop.py`` sets a launch up (checks, restore, the run folder) and hands the steps to
+:class:`StepLoop`; what happens at each step (fetch the next batch while the device runs, check
+the loss, evaluate when due, log, save) is here.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+import lox
+
+from .._config.schema import Config
+from .._data.corpus import Dataset, train_batch
+from .._distributed.mesh import MICRO_BATCH_AXES, place_batch
+from .._distributed.processes import host_value, is_primary
+from .._errors import (
+    TrainingDivergedError,
+)
+from .._model.gpt import compute_dtype, flops_per_token
+from .._runs.checkpoint import CapturedLogs, Checkpointer
+from .evaluate import Evaluator
+from .host_memory import await_scratch, keep_host_memory
+from .logging import make_logger
+from .metrics_csv import write_metrics_csv
+from .mfu import peak_flops, unknown_peak_note
+from .profiling import StepProfiler
+from .progress import Progress
+from .signals import TrainingInterrupted
+from .source_metrics import SourceMetrics
+from .step import (
+    to_items,
+)
+from .tasks import TaskEvals
+
+
+def _meta(cfg: Config, step: int, dataset: Dataset) -> dict[str, Any]:
+    # The data position is the step: batches are a pure function of (train.seed, step).
+    return {
+        "step": step,
+        "data": {"seed": cfg.train.seed, "next_step": step, "source": dataset.source},
+    }
+
+
+def _safe_copy(state: Any) -> Any:
+    # On CPU a device buffer and the host array orbax reads may share memory; the next step donates
+    # (overwrites) the state, so hand orbax a private copy. Accelerators copy to host anyway.
+    if jax.default_backend() == "cpu":
+        return jax.tree.map(jnp.copy, state)
+    return state
+
+
+class StepLoop:
+    """The step loop's moving parts: batches, metrics, progress, evaluation and checkpoints."""
+
+    def __init__(self, cfg: Config, run: Path, mesh: Mesh, dataset: Dataset, abstract: Any,
+                 ckpt: Checkpointer, start: int, stream: TextIO, step_fn: Any) -> None:  # fmt: skip
+        t = cfg.train
+        self.cfg, self.run_dir, self.mesh, self.dataset, self.ckpt, self.start = (
+            cfg, run, mesh, dataset, ckpt, start
+        )  # fmt: skip
+        self.stream = stream if is_primary() else io.StringIO()  # only process 0 reports
+        self.step_fn = step_fn  # compiled by the pre-flight (plans.plan_step)
+        self.evaluate = Evaluator(cfg, mesh, abstract.params, dataset)
+        self.sources = SourceMetrics(cfg, dataset, start)  # a mixture's tokens/ and loss/<source>
+        self.tasks = TaskEvals(cfg, dataset.tokenizer)
+        self.logger = make_logger(cfg, run) if is_primary() else None
+        self.log_state = self.logger.init() if self.logger else None
+        devices = list(mesh.devices.flat)
+        peak = peak_flops(devices, compute_dtype(cfg.model), cfg.log.peak_flops)
+        self.peak_note = unknown_peak_note(devices, cfg.log.peak_flops)
+        self.started = time.perf_counter()
+        self.progress = Progress(
+            t.steps, start, t.batch_size * cfg.model.seq_len, flops_per_token(cfg.model), peak,
+            every=cfg.log.every, stream=self.stream, bytes_per_token=dataset.bytes_per_token,
+        )  # fmt: skip
+        self.loss = self.val = math.nan
+        self.eval_seconds = 0.0  # of the last record(): kept out of the step-time split
+        self.at: dict[str, Any] = {}  # the step running and clean-up logs (train's error log)
+        self.orbax = CapturedLogs()  # held while the steps run (see _run_steps)
+        # No range here: _run_steps sets one from `train(profile=...)`.
+        self.profiler = StepProfiler(None, run / "profile", self.stream)
+
+    def announce(self, state: Any) -> None:
+        n = sum(x.size for x in jax.tree.leaves(state.params))
+        ds = self.dataset
+        print(
+            f"Training {n / 1e6:.2f}M parameters on {self.mesh.devices.size} "
+            f"{jax.default_backend()} device(s), mesh {dict(self.mesh.shape)}, data {ds.source} "
+            f"({len(ds.train):,} train / {len(ds.val):,} val tokens) -> {self.run_dir}",
+            file=self.stream,
+        )
+        if self.peak_note:
+            print(self.peak_note, file=self.stream)
+
+    def baseline(self, state: Any) -> None:
+        """Evaluate the weights a fine-tune starts from, before its first step.
+
+        Logged as ``val_loss`` (and the task scores) at step -1: metrics count an update's 0-based
+        index, so the evaluation before update 0 is one before it.
+        """
+        self.val = self.progress.val = self.evaluate(state.params)
+        extra = self.evaluate.metrics(self.val)
+        extra |= {k: np.array([v], np.float32) for k, v in self.tasks(state.params).items()}
+        print(
+            f"Baseline before the first step: val loss {self.val:.4f} {self.evaluate.unit} on the "
+            f"validation split of {self.dataset.source}",
+            file=self.stream,
+        )
+        if self.logger:
+            steps = {k: {"step": np.array([-1], np.int32)} for k in extra}
+            self.log_state = self.logger.log(self.log_state, lox.logdict(extra, steps=steps))
+
+    def fetch(self, step: int) -> jax.Array:
+        t = self.cfg.train
+        local = train_batch(
+            self.dataset.train, step, seed=t.seed, batch_size=t.batch_size,
+            grad_accum=t.grad_accum, seq_len=self.cfg.model.seq_len,
+            process_index=jax.process_index(), process_count=jax.process_count(),
+        )  # fmt: skip
+        return place_batch(local, self.mesh, MICRO_BATCH_AXES)
+
+    def run(self, state: Any, stop: dict[str, int]) -> Any:
+        steps, times, clock = self.cfg.train.steps, self.progress.times, time.perf_counter
+        batch = self.fetch(self.start) if self.start < steps else None
+        keep_host_memory(False)  # what compiling freed goes back before the first step adds to it
+        for step in range(self.start, steps):
+            self.at["step"] = step + 1  # counted from 1, as the messages count them
+            # From the second step on (the first compiles), each step reuses the previous one's
+            # scratch memory, except while a checkpoint save is being written (see save).
+            if step > self.start and not self.ckpt.saving():
+                keep_host_memory()  # (again, after an evaluation or a save; else a no-op)
+            self.profiler.before(step)
+            with await_scratch(self.step_fn):  # its scratch is free before the next step asks
+                t0 = clock()
+                state, logs = self.step_fn(state, batch)
+                t1 = clock()
+                if step + 1 < steps:
+                    batch = self.fetch(step + 1)  # overlaps with the step running on the device
+                t2 = clock()
+                logs = host_value(logs)  # waits for the step
+            t3 = clock()
+            self.profiler.after(step)  # writing a trace out is no part of the split either
+            t4 = clock()
+            self.record(step, logs, state)
+            if step > self.start:  # the first step compiles: its times would swamp the split
+                times.add("compute", t1 - t0 + t3 - t2)
+                times.add("data", t2 - t1)
+                times.add("log", clock() - t4 - self.eval_seconds)
+            if "signum" in stop:
+                self.save(step + 1, state)
+                raise TrainingInterrupted(stop["signum"], step + 1)
+            every = self.cfg.train.checkpoint_every
+            if (every and (step + 1) % every == 0) or step + 1 == steps:
+                self.save(step + 1, state)
+        return state
+
+    def record(self, step: int, logs: Any, state: Any) -> None:
+        """Check the loss, evaluate when due, log metrics and move the progress bar."""
+        t, done = self.cfg.train, step + 1
+        logs, per_source = self.sources(step, logs)
+        self.loss = float(logs["loss"][-1])
+        if not math.isfinite(self.loss):
+            self.ckpt.wait()  # the last good checkpoint is complete before we report it
+            raise TrainingDivergedError(_diverged_message(self.cfg, step, self.loss, self.ckpt))
+        extra: dict[str, np.ndarray] = {}
+        self.eval_seconds = 0.0
+        if done % t.eval_every == 0 or done == t.steps:
+            started = time.perf_counter()
+            # The evaluation's own scratch buffers are mapped and unmapped as glibc does by default
+            # instead of settling in the kept heap: trimmed before it, kept again by the next step
+            # (which faults its scratch in once).
+            keep_host_memory(False)
+            self.val = self.progress.val = self.evaluate(state.params)
+            extra |= self.evaluate.metrics(self.val)
+            extra |= {k: np.array([v], np.float32) for k, v in self.tasks(state.params).items()}
+            self.eval_seconds = time.perf_counter() - started
+        if done % self.cfg.log.every == 0 or extra:
+            tps, mfu = self.progress.rates(done)
+            extra |= {
+                "tokens_per_s": np.array([tps], np.float32),
+                "wall_time": np.array([time.perf_counter() - self.started], np.float32),
+            }
+            if math.isfinite(mfu):  # no MFU without a known peak (CPU, unknown device kinds)
+                extra["mfu"] = np.array([mfu], np.float32)
+        if self.logger:
+            extra |= per_source
+            steps = {k: {"step": np.array([step], np.int32)} for k in extra}
+            self.log_state = self.logger.log(self.log_state, logs | lox.logdict(extra, steps=steps))
+        self.progress.update(done, self.loss, force="val_loss" in extra)
+
+    def save(self, step: int, state: Any) -> None:
+        # A save waits for the previous one; when that failed (a lost peer's barrier), orbax logs
+        # the failure with its traceback before raising it: kept for the run's error log.
+        held = len(self.orbax.records)  # reports of earlier saves, which this one waits for
+        items, meta = to_items(_safe_copy(state)), _meta(self.cfg, step, self.dataset)
+        # Orbax's writer threads allocate while the next steps run: in a kept heap their blocks
+        # land in the free scratch buffer and split it, and the next step's scratch is then a new
+        # one (a tiny run with 5 saves settled at 1.46 GB of heap instead of 0.81). Unkept (glibc's
+        # defaults: scratch buffers mapped per step, free memory trimmed) until the save is done.
+        keep_host_memory(False)
+        self.ckpt.save(step, items, meta)  # on failure, _close_after keeps them for the error log
+        self.orbax.replay(held)  # those saves went well: their reports were only warnings
+
+    def close(self) -> None:
+        """Runs on success, NaN and signals alike: pending writes finish, metrics are flushed."""
+        self.profiler.stop()
+        self.progress.close()
+        self.ckpt.wait()
+        if self.logger:
+            self.logger.finish(self.log_state)
+            write_metrics_csv(self.run_dir / "metrics" / "run_0", self.run_dir / "metrics.csv")
+
+
+def _diverged_message(cfg: Config, step: int, loss: float, ckpt: Checkpointer) -> str:
+    saved = ckpt.steps()
+    where = (
+        f"the last good checkpoint (step {saved[-1]}) is intact in {ckpt.directory}"
+        if saved
+        else "no checkpoint was saved yet"
+    )
+    return (
+        f"Training diverged: the loss is {loss} at step {step + 1}. The run stopped; {where}. "
+        f"This usually means the learning rate is too high for this model and batch (train.lr = "
+        f"{cfg.train.lr:g}). Try --set train.lr={cfg.train.lr / 3:.2g}, a longer warmup "
+        f"(train.warmup_steps = {cfg.train.warmup_steps}) or a smaller train.grad_clip, in a new run."
+    )
