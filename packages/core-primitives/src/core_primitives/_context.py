@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import compat
 from ._interpreter_errors import check_bind_args, check_emitted
-
-if TYPE_CHECKING:
-    from ._interpreter import Interpreter
 
 Rule = Callable[["Context", Any, list[Any]], Sequence[Any]]
 
@@ -17,7 +14,9 @@ Rule = Callable[["Context", Any, list[Any]], Sequence[Any]]
 class Context:
     """What a rule sees next to its equation: the interpreter and a place to emit values."""
 
-    def __init__(self, interpreter: Interpreter) -> None:
+    # ``interpreter`` is the ``Interpreter`` running the rule (typed loosely: this module sits
+    # below ``_interpreter``, which imports it).
+    def __init__(self, interpreter: Any) -> None:
         self.interpreter = interpreter
         self.emitted: list[Any] = []
 

@@ -21,9 +21,6 @@ from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 from . import compat
 from ._context import Context, bind_eqn
 
-if TYPE_CHECKING:
-    from ._interpreter import Interpreter
-
 
 class HigherOrderRules:
     """The higher-order half of ``Interpreter``: one rule per primitive.
@@ -42,7 +39,8 @@ class HigherOrderRules:
         def shard_map_exit(
             self, emitted: list[Any], *, axes: tuple[str, ...], mesh: Mesh | AbstractMesh
         ) -> list: ...
-        def _without_emission(self) -> Interpreter: ...
+        def _without_emission(self) -> HigherOrderRules: ...
+        def transform(self, fn: Callable[..., Any]) -> Callable[..., tuple[Any, list[Any]]]: ...
 
     def _higher_order_rules(self) -> dict[Any, Callable[[Context, Any, list[Any]], list[Any]]]:
         # A new higher-order primitive is one entry here and one rule below.
@@ -210,7 +208,7 @@ class HigherOrderRules:
 
     def _custom_parts(
         self, eqn: Any
-    ) -> tuple[dict[str, Any], Callable, int, Interpreter, Callable]:
+    ) -> tuple[dict[str, Any], Callable, int, HigherOrderRules, Callable]:
         """Shared by both custom-derivative rules: the rewritten primal body (outputs, then
         emitted leaves), the output count, a non-emitting interpreter for the user's rule, and the
         original equation as a function (so JAX applies the user's rule to it)."""
