@@ -120,6 +120,12 @@ def hellaswag(tmp_path_factory):
     return folder, data
 
 
+def _task_file(run, task, step):
+    """The one result file ``gpt eval --task`` saved for ``task`` (named ``<task>-<hash>-<step>``)."""
+    (found,) = (run / "evals").glob(f"{task}-*-{step}.json")
+    return found
+
+
 def _saved(path: Path) -> dict:
     return json.loads(path.read_text())
 
@@ -129,7 +135,7 @@ def test_harness_hellaswag_equals_gpt_eval_task(trained, hellaswag, offline, cap
     run, _, _, step = trained
     folder, data = hellaswag
     assert main(["eval", "--run", str(run), "--task", str(data), "--format", "hellaswag"]) == 0
-    ours = _saved(run / "evals" / f"hs-{step}.json")
+    ours = _saved(_task_file(run, "hs", step))
     flags = ["--lm-eval", "hs,hs_spaced", "--include-path", str(folder), "--batch-size", "4"]
     assert main(["eval", "--run", str(run), *flags]) == 0
     out = capsys.readouterr().out
@@ -142,7 +148,7 @@ def test_harness_hellaswag_equals_gpt_eval_task(trained, hellaswag, offline, cap
     # characters of the ending: equal once the choice carries its space (and is ASCII) ...
     assert spaced["metrics"]["acc_norm"] == ours["acc_norm"]
     # ... and lm-eval's own definition, recomputed from gpt eval's log-likelihoods, otherwise.
-    assert _saved(run / "evals" / f"hs-{step}.json") == ours  # --task's file is left alone
+    assert _saved(_task_file(run, "hs", step)) == ours  # --task's file is left alone
     labels = np.array([int(label) for _, _, label in ITEMS])
     per_char = [np.argmax(np.array(ll) / [len(e) for e in endings])
                 for ll, (_, endings, _) in zip(ours["loglik"], ITEMS, strict=True)]  # fmt: skip
@@ -157,7 +163,7 @@ def test_registered_model_type_scores_each_choice_like_gpt_eval_task(trained, he
     run, _, _, step = trained
     folder, data = hellaswag
     assert main(["eval", "--run", str(run), "--task", str(data), "--format", "hellaswag"]) == 0
-    ours = _saved(run / "evals" / f"hs-{step}.json")["loglik"]
+    ours = _saved(_task_file(run, "hs", step))["loglik"]
     register_lm_eval_model()
     out = lm_eval.simple_evaluate(
         model="gpt-models", model_args=f"run={run},batch_size=3", tasks=["hs"],
