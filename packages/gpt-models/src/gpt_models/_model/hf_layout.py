@@ -11,6 +11,7 @@ Reading and writing the folders themselves is ``_runs/hf_import.py`` and ``_runs
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
@@ -139,7 +140,7 @@ def json_text(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-class Layout:
+class Layout(abc.ABC):
     """One Hugging Face family. Subclasses set the class attributes and the four methods.
 
     Attributes:
@@ -160,17 +161,17 @@ class Layout:
     prefixes: tuple[str, ...] = ("",)
     ignored: tuple[str, ...] = ()
 
+    @abc.abstractmethod
     def model_config(self, read: ConfigReader, dtype: str) -> ModelConfig:
         """The model section that reproduces this config.json (read with ``read``)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def hf_config(self, m: ModelConfig, dtype: str) -> dict[str, Any]:
         """config.json of ``m`` (special-token ids are added by the export)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def entries(self, m: ModelConfig) -> list[Entry]:
         """Every param of ``m`` and the HF tensors it is made of."""
-        raise NotImplementedError
 
     def lacking(self, m: ModelConfig) -> dict[str, object]:
         """The settings ``m`` lacks to be exported as this family: its own, then those all share."""
