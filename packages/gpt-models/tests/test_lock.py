@@ -59,6 +59,16 @@ def test_train_refuses_a_run_folder_held_by_a_live_process(held_run, small):
     assert not (run / "config.toml").exists()  # nothing of the live run was touched
 
 
+def test_a_live_run_that_already_checkpointed_is_refused_as_in_use(held_run, small):
+    # A second launch arrives after the first saved a checkpoint: "in use" is the reason to give,
+    # not "already holds checkpoints, resume it" (resuming a live run is refused too).
+    run, pid = held_run
+    (run / "checkpoints" / "5").mkdir(parents=True)
+    for resume in (False, True):
+        with pytest.raises(RunInUseError, match=f"is in use: pid {pid} on host node7"):
+            train(small, run, resume=resume)
+
+
 def test_cli_exits_2_for_a_live_run(held_run, capsys):
     run, pid = held_run
     assert main(["train", "--out", str(run.parent), "--name", "run"]) == 2

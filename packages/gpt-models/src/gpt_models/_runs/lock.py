@@ -58,6 +58,39 @@ def _describe(holder: dict[str, Any] | None) -> str:
     )
 
 
+def _in_use(path: Path) -> RunInUseError:
+    return RunInUseError(
+        f"Run folder {path.parent} is in use: {_describe(_read_holder(path))} is training "
+        "in it. Two processes writing one run would interleave its checkpoints and metrics. "
+        "Wait for it to finish (or stop it), then `gpt train --resume "
+        f"{path.parent}`; or start a new run with another --name."
+    )
+
+
+def check_not_in_use(run: Path) -> None:
+    """Refuse, naming the holder, if a live process holds ``run``'s lock now (takes nothing).
+
+    A launch checks this before it judges the folder's contents: a run being trained gains
+    checkpoints while a second launch looks, and "in use" is the true reason to refuse it.
+
+    Raises:
+        RunInUseError: a live process holds the lock.
+    """
+    path = run / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return  # no lock file (no one holds it), or a link that taking the lock refuses later
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _in_use(path) from None
+    except OSError:
+        return  # a filesystem without flock: run_lock warns when it is taken
+    finally:
+        os.close(fd)  # closing drops a lock we took
+
+
 def _open_locked(path: Path) -> int:
     """An fd of ``path`` holding its exclusive flock, or RunInUseError if another process holds it."""
     while True:
@@ -75,12 +108,7 @@ def _open_locked(path: Path) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RunInUseError(
-                f"Run folder {path.parent} is in use: {_describe(_read_holder(path))} is training "
-                "in it. Two processes writing one run would interleave its checkpoints and metrics. "
-                "Wait for it to finish (or stop it), then `gpt train --resume "
-                f"{path.parent}`; or start a new run with another --name."
-            ) from None
+            raise _in_use(path) from None
         except OSError:
             os.close(fd)
             raise

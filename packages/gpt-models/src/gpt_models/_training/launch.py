@@ -25,6 +25,7 @@ from .._config.schema import Config
 from .._distributed.processes import is_primary
 from .._errors import UsageError
 from .._runs.folders import check_run_target
+from .._runs.lock import check_not_in_use
 from .._runs.snapshot import committed_steps
 from .profiling import check_profile_range
 
@@ -56,6 +57,7 @@ def check_launch(
     """
     if is_primary():
         check_run_target(run, resume=resume)
+        check_not_in_use(run)
     steps = committed_steps(run / "checkpoints")
     if steps and not resume:
         raise holds_checkpoints(run, steps)
