@@ -5,10 +5,11 @@ Python 3.11, 3.12 and 3.13 are supported. What the default sessions run, where (
     session              Python   JAX                       tests
     tests                3.13     the locked one (0.12)     every test of every package, the
                                                             integration tests, the CI scripts'
-    integration(jax=V)   per JAX_MATRIX  V                  MATRIX_TESTS; at the matrix's ends also
-                                                            MATRIX_INTEGRATION_TESTS (the oldest
-                                                            JAX: those alone, floors ran the rest)
-    integration_newest   3.12     the newest release        MATRIX_TESTS, MATRIX_INTEGRATION_TESTS
+    integration(jax=V)   per JAX_MATRIX  V                  MATRIX_TESTS (the oldest JAX:
+                                                            MATRIX_INTEGRATION_TESTS, as floors
+                                                            runs the packages' tests on it)
+    integration_newest   3.12     the newest release        MATRIX_TESTS (and the integration tests
+                                                            when it is not the locked one)
     floors               3.11     0.7.2, every dependency   every package's tests (FLOORS_TESTS
                                   at its declared floor     where a package lists a sample)
     lint, typecheck      3.11     the locked one (0.10.2)   ruff, mypy
@@ -98,21 +99,37 @@ MATRIX_TESTS = [
 ]
 # The flows across packages: every integration test but the fault suite, whose kill -9 / lock /
 # disk-full runs exercise our own process handling, not JAX's (the start-up timeout was checked
-# on 0.7.2 by hand; `tests` runs them). They run at the ends of JAX_MATRIX (its oldest and newest
-# JAX) and in integration_newest; the versions in between run MATRIX_TESTS alone, which reach
-# every JAX-specific path (each integration run is ~2 minutes of the 60-minute CI budget).
+# on 0.7.2 by hand; `tests` runs them). They run on the oldest JAX of the matrix, and in
+# integration_newest when the newest release is not the locked one; `tests` runs them on the
+# locked JAX. The other versions run MATRIX_TESTS alone, which reach every JAX-specific path
+# (each integration run is ~2 minutes of the 60-minute CI budget); Python 3.11's own JAX (the
+# newest of the matrix) also trains, samples and evaluates end to end in `wheels` (gpt-models'
+# CLI tests against its wheel) and `docs` (the library's doctests).
 MATRIX_INTEGRATION_TESTS = [
     "integration_tests/test_blox_training.py",
     "integration_tests/test_gpt_distributed.py",
     "integration_tests/test_gpt_training.py",
     "integration_tests/test_paramspec_blox.py",
 ]
-# What `wheels` runs against each installed wheel: every test, except for blox-params and gpt-models,
-# whose full suites (~3 and ~7 min here) already run in `tests` and `floors`; their wheels run the
-# tests that reach what a wheel can lose (package data: the embedded corpus, presets, the CLI entry
-# point, the notebook display; the layout of gpt's subpackages; the HF and prepare readers of
-# files), every bad-input message, and the public API.
+# What `wheels` runs against each installed wheel: every test, except for lox-logging, blox-params
+# and gpt-models, whose full suites (~1.5, ~3 and ~7 min here) already run in `tests` and `floors`;
+# their wheels run the tests that reach what a wheel can lose (package data: the embedded corpus,
+# presets, the CLI entry point, the notebook display; the layout of gpt's subpackages; the HF and
+# prepare readers of files; lox's loggers and their optional backends), every bad-input message,
+# the public API and, for lox, its transformations once (not the property and composition suites,
+# which test JAX's behaviour, not the wheel's).
 WHEEL_TESTS = {
+    "lox-logging": [
+        "test_public_api.py",
+        "test_bad_input.py",
+        "test_transforms.py",
+        "test_logdict.py",
+        "test_loggers.py",
+        "test_save.py",
+        "test_export.py",
+        "test_html.py",
+        "test_tensorboard.py",
+    ],
     "blox-params": [
         "test_public_api.py",
         "test_bad_input.py",
@@ -183,27 +200,30 @@ def tests(session: nox.Session) -> None:
 def integration(session: nox.Session, jax: str) -> None:
     """The version-sensitive tests (MATRIX_TESTS) on one JAX of the matrix, on its Python (CPU).
 
-    The oldest and the newest JAX of the matrix also run MATRIX_INTEGRATION_TESTS; the oldest
-    runs only those: `floors` runs the packages' tests on it.
+    The oldest JAX runs MATRIX_INTEGRATION_TESTS instead: `floors` runs the packages' tests on it.
     """
     py = h.matrix_venv(session, JAX_MATRIX[jax], f"JAX {jax} runs on it")
     h.pip_install(session, py, *h.editable(PACKAGES, TEST_EXTRAS), f"jax=={jax}",
                   f"jaxlib=={jax}", *TEST_TOOLS)  # fmt: skip
     h.print_jax(session, py)
-    versions = list(JAX_MATRIX)
-    picked = [] if jax == versions[0] else MATRIX_TESTS
-    picked += MATRIX_INTEGRATION_TESTS if jax in (versions[0], versions[-1]) else []
-    for paths in h.existing_tests(picked):
+    oldest = jax == next(iter(JAX_MATRIX))
+    for paths in h.existing_tests(MATRIX_INTEGRATION_TESTS if oldest else MATRIX_TESTS):
         h.pytest(session, py, *paths)
 
 
 @nox.session(venv_backend="none")
 def integration_newest(session: nox.Session) -> None:
-    """MATRIX_TESTS on Python 3.12 with the newest JAX release and the newest other dependencies."""
+    """MATRIX_TESTS on Python 3.12 with the newest JAX release and the newest other dependencies.
+
+    Also MATRIX_INTEGRATION_TESTS when that release is not the one `tests` ran them on (the lock's).
+    """
     py = h.matrix_venv(session, NEWEST_JAX_PYTHON, "the newest JAX needs >= 3.12")
     h.pip_install(session, py, *h.editable(PACKAGES, TEST_EXTRAS), "jax", "jaxlib", *TEST_TOOLS)
-    h.print_jax(session, py)
-    for paths in h.existing_tests([*MATRIX_TESTS, *MATRIX_INTEGRATION_TESTS]):
+    newest, locked = h.print_jax(session, py), h.locked_version("jax", PYTHONS[0])
+    picked = [*MATRIX_TESTS, *(MATRIX_INTEGRATION_TESTS if newest != locked else [])]
+    if newest == locked:
+        session.log(f"JAX {newest} is the locked one: `tests` ran the integration tests on it")
+    for paths in h.existing_tests(picked):
         h.pytest(session, py, *paths)
 
 

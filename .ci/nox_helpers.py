@@ -164,9 +164,12 @@ def pytest(session: nox.Session, python: str, *args: str) -> None:
     session.run(python, "-m", *PYTEST, *args, *session.posargs, env=ENV, external=external)
 
 
-def print_jax(session: nox.Session, python: str) -> None:
+def print_jax(session: nox.Session, python: str) -> str:
+    """Log the venv's Python and JAX versions; return the JAX version."""
     probe = "import sys, jax; print('Python', sys.version.split()[0], 'JAX', jax.__version__)"
-    session.run(python, "-c", probe, env=ENV, external=python != "python")
+    out = session.run(python, "-c", probe, env=ENV, external=python != "python", silent=True)
+    session.log(str(out).strip())
+    return str(out).split()[-1]
 
 
 def package_test_dirs(packages: Sequence[str]) -> list[str]:
