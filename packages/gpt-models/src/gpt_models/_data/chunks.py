@@ -14,19 +14,20 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from .._console import StatusLine
-from .sources import Document, SourceFile, read_documents
+from .sources import Document, Expect, SourceFile, read_documents
 
 
 def chunks(
-    sources: list[SourceFile], source: int, pos: int, text_field: str, chunk_bytes: int
+    sources: list[SourceFile], source: int, pos: int, text_field: str, chunk_bytes: int,
+    expect: Expect = Expect(),
 ) -> Iterator[tuple[int, list[Document], bool]]:
     """(source index, documents, source finished) pieces of about ``chunk_bytes`` of text, from
-    document ``pos`` of ``sources[source]`` on."""
+    document ``pos`` of ``sources[source]`` on; every line of the kind ``expect`` says."""
     for i in range(source, len(sources)):
         skip = pos if i == source else 0
         docs: list[Document] = []
         size = 0
-        for doc in read_documents(sources[i], text_field=text_field, skip=skip):
+        for doc in read_documents(sources[i], text_field=text_field, skip=skip, expect=expect):
             docs.append(doc)
             size += len(doc.text)
             if size >= chunk_bytes:

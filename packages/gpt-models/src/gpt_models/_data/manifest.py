@@ -18,6 +18,7 @@ import numpy as np
 MANIFEST = "manifest.json"
 FORMAT = "gpt-models token store"
 VERSION = 1
+SFT_VERSION = 2  # a store with a loss mask (sft_store.py): older readers must refuse it
 SPLITS = ("train", "val")
 DTYPES = ("uint16", "uint32")
 TOKENIZER_KINDS = ("byte", "bpe")
@@ -84,6 +85,8 @@ def manifest_problems(raw: dict[str, Any]) -> list[str]:
     if sized:
         more = f" (and {len(sized) - 1} more shard(s) likewise)" if sized[1:] else ""
         problems.append(f"{sized[0]}{more}")
+    if raw.get("version") == SFT_VERSION:
+        problems += _sft_problems(raw, seen)
     tokens = raw.get("tokens")
     for split in SPLITS:
         total = sum(
@@ -138,4 +141,37 @@ def _shard_problems(
         )
     if not isinstance(rec.get("sha256"), str) or not _SHA256.fullmatch(rec["sha256"]):
         problems.append(f"shard {name}: sha256 = {rec.get('sha256')!r} is not a sha256 hex digest")
+    return problems
+
+
+def _sft_problems(raw: dict[str, Any], seen: set[str]) -> list[str]:
+    """The loss-mask fields: the kind, and mask and example-length shards that cover the ids."""
+    problems = []
+    if raw.get("kind") not in ("chat", "completion") or raw.get("loss_mask") is not True:
+        problems.append(
+            f"kind = {raw.get('kind')!r} and loss_mask = {raw.get('loss_mask')!r}, but a store of "
+            "version 2 is a chat or completion store with a loss mask"
+        )
+    for field, width in (("mask_shards", 1), ("example_shards", 4)):
+        streams = raw.get(field)
+        if not isinstance(streams, dict) or any(
+            not isinstance(streams.get(s), list) for s in SPLITS
+        ):
+            problems.append(f'"{field}" is missing or is not {{"train": [...], "val": [...]}}')
+            continue
+        sized: list[str] = []
+        for split in SPLITS:
+            for i, rec in enumerate(streams[split]):
+                dtype = "uint8" if width == 1 else "uint32"
+                problems += _shard_problems(f"{field}.{split}[{i}]", rec, width, dtype, seen, sized)
+        problems += sized[:1]
+    masks, shards = raw.get("mask_shards"), raw.get("shards")
+    if isinstance(masks, dict) and isinstance(shards, dict):
+        for split in SPLITS:
+            got = [r.get("tokens") for r in masks.get(split) or [] if isinstance(r, dict)]
+            want = [r.get("tokens") for r in shards.get(split) or [] if isinstance(r, dict)]
+            if got != want:
+                problems.append(
+                    f"mask_shards.{split} hold {got} ids per shard, but its token shards {want}"
+                )
     return problems

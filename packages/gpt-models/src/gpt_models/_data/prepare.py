@@ -27,16 +27,28 @@ import numpy as np
 
 from .._errors import DataError
 from .bpe import MAX_VOCAB, MIN_VOCAB
+from .chat_template import ChatTemplate, find_chat_template
 from .chunks import Meter, chunks, threaded
 from .encoder import Encoder, make_encoder
-from .manifest import FORMAT, MANIFEST, SPLITS, VERSION, id_dtype
+from .manifest import FORMAT, MANIFEST, SFT_VERSION, SPLITS, VERSION, id_dtype
 from .out_folder import STATE, TOKENIZER_JSON, claim, discard
-from .sources import SourceFile, check_extras, find_sources, read_documents, skipped_note
+from .sft_encode import ExampleEncoder
+from .sft_store import EXAMPLES, MASK, sft_manifest, sft_writers, stream
+from .sources import (
+    Expect,
+    SourceFile,
+    check_extras,
+    detect_kind,
+    find_sources,
+    read_documents,
+    skipped_note,
+)
 from .store import (
     ShardWriter,
     check_shards,
     file_sha256,
     read_manifest,
+    shard_records,
     write_json_atomic,
 )
 from .val_split import SPLIT_RULE, empty_val_fix, remember, split_key, split_of
@@ -61,6 +73,11 @@ class PrepareResult:
     def tokens(self) -> dict[str, int]:
         return {s: sum(r["tokens"] for r in self.manifest["shards"][s]) for s in SPLITS}
 
+    @property
+    def kind(self) -> str:
+        """``"text"``, or ``"chat"``/``"completion"`` for a store with a loss mask."""
+        return str(self.manifest.get("kind", "text"))
+
 
 def prepare(
     inputs: Sequence[str | Path],
@@ -81,6 +98,10 @@ def prepare(
     without an end-of-text token (``<|endoftext|>``, ``</s>``, ...) gets ``<|endoftext|>`` as one
     more id, which ends every document. Documents go to the validation split by a hash of (file
     name, position), about ``val_fraction`` of them; with ``val_fraction > 0`` at least one must.
+
+    ``.jsonl`` lines of chat (``{"messages": [...]}``) or completion (``{"prompt", "completion"}``)
+    examples make a store with a loss mask (``sft_store.py``; rendered by ``sft_encode.py``, with
+    the chat template beside a ``tokenizer.json`` if it has one), one example per line.
 
     ``out`` must be new, empty, or this function's own earlier output. ``progress`` (e.g.
     ``sys.stderr``) gets the files skipped in the input folders, then a progress line.
@@ -120,6 +141,10 @@ def prepare(
     found = find_sources(inputs)
     sources = found.files
     check_extras(sources)
+    expect = detect_kind(sources)
+    template = None
+    if expect.kind == "chat" and tokenizer not in ("byte", "bpe"):
+        template = find_chat_template(Path(tokenizer))
     if progress is not None and found.skipped:
         print(f"note: {skipped_note(found.skipped)} (not a kind gpt prepare reads)", file=progress)
     settings = {
@@ -132,11 +157,14 @@ def prepare(
         "text_field": text_field,
         "shard_tokens": shard_tokens,
     }
+    if expect.kind != "text":  # (absent for plain text: its stores' settings stay as they were)
+        settings["kind"] = expect.kind
+        settings["chat_template"] = None if template is None else template.fingerprint()
     skipped = tuple(found.skipped)
     if (out / MANIFEST).is_file():
         manifest = read_manifest(out)
         _same_settings(out, manifest.get("settings"), settings, MANIFEST)
-        check_shards(out, [r for s in SPLITS for r in manifest["shards"][s]], full_hash=True)
+        check_shards(out, shard_records(manifest), full_hash=True)
         return PrepareResult(out, manifest, up_to_date=True, skipped=skipped)
     fresh = not (out / STATE).is_file()
     created = claim(out) if fresh else []  # a new or empty folder; anything else is refused here
@@ -148,7 +176,8 @@ def prepare(
     try:
         if fresh:
             write_json_atomic(out / STATE, state)  # first: the mark that this folder is ours
-        manifest, fix = _run(out, sources, state, tokenizer, bpe_vocab_size, progress, created)
+        job = _Job(out, sources, expect, template, progress, created)
+        manifest, fix = _run(job, state, tokenizer, bpe_vocab_size)
     except OSError as err:
         if err.errno == errno.ENOSPC:
             raise DataError(
@@ -192,15 +221,27 @@ def _load_state(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
         ) from err
     _same_settings(out, state.get("settings") if isinstance(state, dict) else None, settings,
                    "an unfinished prepare")  # fmt: skip
-    for split in SPLITS:
-        check_shards(out, state["writers"].get(split, {}).get("finished", []), full_hash=True)
+    for writer in state["writers"].values():  # every stream's (token ids, masks, lengths)
+        check_shards(out, writer.get("finished", []), full_hash=True)
     return dict(state)
 
 
-def _sample(sources: list[SourceFile], text_field: str) -> Iterator[str]:
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """What a prepare writes from and where: the inputs, their kind, the chat template."""
+
+    out: Path
+    sources: list[SourceFile]
+    expect: Expect
+    template: ChatTemplate | None
+    progress: TextIO | None
+    created: list[Path]
+
+
+def _sample(sources: list[SourceFile], text_field: str, expect: Expect) -> Iterator[str]:
     seen = 0
     for doc in itertools.chain.from_iterable(
-        read_documents(s, text_field=text_field) for s in sources
+        read_documents(s, text_field=text_field, expect=expect) for s in sources
     ):
         yield doc.text
         seen += len(doc.text)
@@ -208,28 +249,22 @@ def _sample(sources: list[SourceFile], text_field: str) -> Iterator[str]:
             return
 
 
-def _run(
-    out: Path,
-    sources: list[SourceFile],
-    state: dict[str, Any],
-    tokenizer: str,
-    bpe_vocab: int,
-    progress: TextIO | None,
-    created: list[Path],
-) -> tuple[dict[str, Any], str]:
+def _run(job: _Job, state: dict[str, Any], tokenizer: str,
+         bpe_vocab: int) -> tuple[dict[str, Any], str]:  # fmt: skip
     """Write the store; its manifest and, for ``val_fraction`` 0, the fraction that would give
     a validation split. A refusal for the inputs or the result discards what was written."""
+    out, sources, created = job.out, job.sources, job.created
     resumed = bool(state["writers"])
     if resumed:  # what the folder holds is checked first; a refusal there leaves it as it is
-        enc, writers = _open(out, sources, state, tokenizer, bpe_vocab, progress)
+        enc, writers = _open(job, state, tokenizer, bpe_vocab)
     else:
         try:  # a fresh store: training a BPE tokenizer reads the inputs already
-            enc, writers = _open(out, sources, state, tokenizer, bpe_vocab, progress)
+            enc, writers = _open(job, state, tokenizer, bpe_vocab)
         except DataError:
             discard(out, created)
             raise
     try:
-        _write(out, sources, state, enc, writers, progress)
+        _write(job, state, enc, writers)
         shards = {s: w.close() for s, w in writers.items()}
         dtype = id_dtype(enc.vocab_size)
         manifest = _manifest(state["settings"], sources, state["stats"], shards, enc, dtype)
@@ -244,10 +279,11 @@ def _run(
     return manifest, fix
 
 
-def _open(out: Path, sources: list[SourceFile], state: dict[str, Any], tokenizer: str,
-          bpe_vocab: int, progress: TextIO | None) -> tuple[Encoder, dict[str, ShardWriter]]:  # fmt: skip
+def _open(job: _Job, state: dict[str, Any], tokenizer: str,
+          bpe_vocab: int) -> tuple[Encoder, dict[str, ShardWriter]]:  # fmt: skip
     """The encoder and the open shard writers (an interrupted run's, verified and cut back)."""
-    sample = _sample(sources, state["settings"]["text_field"])
+    out, sources, progress = job.out, job.sources, job.progress
+    sample = _sample(sources, state["settings"]["text_field"], job.expect)
     enc, written = make_encoder(tokenizer, out, state, sample, bpe_vocab)
     if written is not None:
         state["tokenizer_sha256"] = written
@@ -255,6 +291,8 @@ def _open(out: Path, sources: list[SourceFile], state: dict[str, Any], tokenizer
     dtype, shard_tokens = id_dtype(enc.vocab_size), state["settings"]["shard_tokens"]
     writers = {s: ShardWriter(out, s, dtype, shard_tokens, state["writers"].get(s, {}))
                for s in SPLITS}  # fmt: skip
+    if job.expect.kind != "text":
+        writers |= sft_writers(out, state, shard_tokens)
     if progress is not None and state["writers"]:
         kept = sum(len(w.finished) for w in writers.values())
         print(
@@ -266,37 +304,49 @@ def _open(out: Path, sources: list[SourceFile], state: dict[str, Any], tokenizer
     return enc, writers
 
 
-def _write(out: Path, sources: list[SourceFile], state: dict[str, Any], enc: Encoder,
-           writers: dict[str, ShardWriter], progress: TextIO | None) -> None:  # fmt: skip
+def _write(job: _Job, state: dict[str, Any], enc: Encoder,
+           writers: dict[str, ShardWriter]) -> None:  # fmt: skip
+    out, sources = job.out, job.sources
     settings = state["settings"]
     text_field, val_fraction = settings["text_field"], settings["val_fraction"]
     stats: list[dict[str, int]] = state["stats"]
     smallest: list[list[float]] = state.setdefault("smallest_keys", [])
     total = sum(s.size for s in sources)
-    meter = Meter(progress, total, sum(s.size for s in sources[: state["source"]]))
-    eot = np.array([enc.eot_id], np.uint32)
+    meter = Meter(job.progress, total, sum(s.size for s in sources[: state["source"]]))
+    sft = job.expect.kind != "text"
+    examples = ExampleEncoder(job.expect.kind, enc, job.template) if sft else None
     # Reading and JSON parsing run ahead in a thread; encoding (every core) and writing here. A
     # third stage (encoding in its own thread) measured no faster on 2 cores and peaked at 401 MB
     # instead of 311 MB (benchmarks/data/RESULTS.md).
-    pieces = chunks(sources, state["source"], state["pos"], text_field, _CHUNK_BYTES)
+    pieces = chunks(sources, state["source"], state["pos"], text_field, _CHUNK_BYTES, job.expect)
     for i, docs, done in threaded(pieces):
         while len(stats) <= i:
-            stats.append({"documents": 0, "undecodable": 0, "val_documents": 0})
-        ids = enc.encode([d.text for d in docs])
-        parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
-        for doc, doc_ids in zip(docs, ids, strict=True):
-            if len(doc_ids) == 0:  # an empty document (file, text field): no text, no separator
+            stats.append(_new_stats(sft))
+        if examples is None:  # each document ended by the end-of-text id; no mask
+            eot = np.array([enc.eot_id], np.uint32)
+            ids = enc.encode([d.text for d in docs])
+            pairs = [(np.concatenate([x, eot]) if len(x) else x, None) for x in ids]
+        else:
+            wheres = [f"{sources[i].path}:{d.pos + 1}" for d in docs]
+            pairs = list(examples.encode([d.example for d in docs], wheres))
+        parts: dict[str, list[np.ndarray]] = {s: [] for s in writers}
+        for doc, (ids, mask) in zip(docs, pairs, strict=True):
+            if len(ids) == 0:  # an empty document (file, text field): no text, no separator
                 continue
             split = split_of(sources[i].name, doc.pos, val_fraction)
-            remember(smallest, split_key(sources[i].name, doc.pos), len(doc_ids) + 1)
-            parts[split] += [doc_ids, eot]
+            remember(smallest, split_key(sources[i].name, doc.pos), len(ids))
+            parts[split].append(ids)
             stats[i]["documents"] += 1
             stats[i]["undecodable"] += doc.n_replaced
             stats[i]["val_documents"] += split == "val"
-        for split in SPLITS:
-            if parts[split]:
-                writers[split].append(np.concatenate(parts[split]))
-            writers[split].flush()
+            if mask is not None:
+                parts[stream(split, MASK)].append(mask)
+                parts[stream(split, EXAMPLES)].append(np.array([len(ids)], np.uint32))
+                stats[i]["val_masked" if split == "val" else "masked"] += int(mask.sum())
+        for name, writer in writers.items():
+            if parts[name]:
+                writer.append(np.concatenate(parts[name]))
+            writer.flush()
         state.update(
             source=i + 1 if done else i,
             pos=0 if done else docs[-1].pos + 1,
@@ -304,8 +354,13 @@ def _write(out: Path, sources: list[SourceFile], state: dict[str, Any], enc: Enc
         )
         write_json_atomic(out / STATE, state)
         meter.update(len(docs), sum(len(d.text) for d in docs),
-                     sum(len(x) + 1 for x in ids if len(x)), sources[i].size if done else 0)  # fmt: skip
+                     sum(len(x) for x, _ in pairs), sources[i].size if done else 0)  # fmt: skip
     meter.close()
+
+
+def _new_stats(sft: bool) -> dict[str, int]:
+    plain = {"documents": 0, "undecodable": 0, "val_documents": 0}
+    return plain | {"masked": 0, "val_masked": 0} if sft else plain
 
 
 def _check_split(manifest: dict[str, Any], state: dict[str, Any], sources: list[SourceFile]) -> str:
@@ -345,12 +400,14 @@ def _manifest(
     enc: Encoder,
     dtype: np.dtype[Any],
 ) -> dict[str, Any]:
-    stats = stats + [{"documents": 0, "undecodable": 0, "val_documents": 0}] * (
-        len(sources) - len(stats)
-    )
+    sft = "kind" in settings
+    stats = stats + [_new_stats(sft)] * (len(sources) - len(stats))
+    fields = {} if not sft else sft_manifest(settings["kind"], shards) | {"masked_tokens": {
+        "train": sum(st["masked"] for st in stats), "val": sum(st["val_masked"] for st in stats)
+    }}  # fmt: skip
     return {
         "format": FORMAT,
-        "version": VERSION,
+        "version": SFT_VERSION if sft else VERSION,
         "dtype": dtype.name,
         "shard_tokens": settings["shard_tokens"],
         "tokenizer": {
@@ -369,6 +426,7 @@ def _manifest(
             "val": sum(st["val_documents"] for st in stats),
         },
         "tokens": {s: sum(r["tokens"] for r in shards[s]) for s in SPLITS},
-        "shards": shards,
+        "shards": {s: shards[s] for s in SPLITS},
+        **fields,
         "settings": settings,
     }

@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from .._errors import DataError
+from .examples import check_example, kind_of, mixed_kinds
 
 TEXT_SUFFIXES = (".txt", ".md")
 SUFFIXES = (*TEXT_SUFFIXES, ".jsonl", ".parquet")
@@ -41,11 +42,39 @@ class SourceFile:
 
 @dataclasses.dataclass(frozen=True)
 class Document:
-    """A document's text, its position in its file, and how many undecodable bytes were replaced."""
+    """A document's text, its position in its file, and how many undecodable bytes were replaced;
+    for a chat or completion line (``examples.py``) also the example (its messages, or ``(prompt,
+    completion)``), and as ``text`` its contents joined (what a BPE tokenizer trains on)."""
 
     pos: int
     text: str
     n_replaced: int
+    example: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Expect:
+    """The kind every line must have (``examples.KINDS``), and where the line that set it is."""
+
+    kind: str = "text"
+    where: str = ""
+
+
+def detect_kind(sources: Sequence[SourceFile]) -> Expect:
+    """The kind of the inputs: that of the first line of the first file (text and parquet files
+    are plain text). A first line that is not JSON reads as text, and its reader names it."""
+    first = sources[0]
+    if first.kind != "jsonl":
+        return Expect("text", str(first.path))
+    try:
+        with _open_binary(first.path) as raw:
+            for pos, line in enumerate(raw):
+                if line.strip():
+                    where = f"{first.path}:{pos + 1}"
+                    return Expect(kind_of(json.loads(line.decode("utf-8", "replace"))), where)
+    except (json.JSONDecodeError, OSError, EOFError, zlib.error):
+        pass  # the reader says what is wrong with the file, by line
+    return Expect("text", str(first.path))
 
 
 def _inner_suffix(path: Path) -> str:
@@ -164,18 +193,20 @@ def check_extras(files: Sequence[SourceFile]) -> None:
             _extra("pyarrow.parquet", "parquet", f.path)
 
 
-def read_documents(source: SourceFile, *, text_field: str, skip: int = 0) -> Iterator[Document]:
-    """The documents of ``source`` from position ``skip`` on.
+def read_documents(source: SourceFile, *, text_field: str, skip: int = 0,
+                   expect: Expect = Expect()) -> Iterator[Document]:  # fmt: skip
+    """The documents of ``source`` from position ``skip`` on, each of the kind ``expect`` says.
 
     Raises:
-        DataError: a ``.jsonl`` line that is not JSON or has no string ``text_field``, a parquet
+        DataError: a ``.jsonl`` line that is not JSON or has no string ``text_field``, a line of
+            another kind than ``expect``, a malformed chat or completion line, a parquet
             file without the column, a file that is cut short or damaged (a truncated ``.gz``,
             bytes that are not Parquet), or a missing optional extra; each names the file.
     """
     read = 0  # documents yielded, for a message about a file that ends early
     try:
-        documents = _parquet(source, text_field, skip) if source.kind == "parquet" else (
-            _lines_or_text(source, text_field, skip)
+        documents = _parquet(source, text_field, skip, expect) if source.kind == "parquet" else (
+            _lines_or_text(source, text_field, skip, expect)
         )  # fmt: skip
         for doc in documents:
             read += 1
@@ -209,16 +240,19 @@ def _unreadable(source: SourceFile, err: Exception, documents: int) -> str:
     )
 
 
-def _lines_or_text(source: SourceFile, text_field: str, skip: int) -> Iterator[Document]:
+def _lines_or_text(source: SourceFile, text_field: str, skip: int,
+                   expect: Expect) -> Iterator[Document]:  # fmt: skip
     with _open_binary(source.path) as raw:
         if source.kind == "text":
+            if expect.kind != "text":
+                raise mixed_kinds(str(source.path), "text", expect.kind, expect.where)
             if skip == 0:
                 yield _decode(raw.read(), 0)
             return
         for pos, line in enumerate(raw):
             if pos < skip or not line.strip():
                 continue
-            yield _json_doc(source, pos, line, text_field)
+            yield _json_doc(source, pos, line, text_field, expect)
 
 
 def _decode(data: bytes, pos: int) -> Document:
@@ -230,7 +264,7 @@ def _decode(data: bytes, pos: int) -> Document:
         return Document(pos, text, text.count("\ufffd"))
 
 
-def _json_doc(source: SourceFile, pos: int, line: bytes, field: str) -> Document:
+def _json_doc(source: SourceFile, pos: int, line: bytes, field: str, expect: Expect) -> Document:
     doc = _decode(line, pos)
     where = f"{source.path}:{pos + 1}"
     try:
@@ -240,6 +274,13 @@ def _json_doc(source: SourceFile, pos: int, line: bytes, field: str) -> Document
             f"{where} is not JSON ({err.msg} at column {err.colno}). Each line of a .jsonl file "
             f'must be one JSON object, e.g. {{"{field}": "..."}}; fix or remove the line.'
         ) from err
+    kind = kind_of(record)
+    if kind != expect.kind:
+        raise mixed_kinds(where, kind, expect.kind, expect.where)
+    if kind != "text":
+        example = check_example(record, kind, where)
+        parts = [m["content"] for m in example] if kind == "chat" else list(example)
+        return Document(pos, "\n".join(parts), doc.n_replaced, example)
     text = record.get(field) if isinstance(record, dict) else None
     if not isinstance(text, str):
         keys = sorted(record) if isinstance(record, dict) else []
@@ -273,7 +314,9 @@ def _extra(module: str, extra: str, path: Path) -> Any:
         ) from err
 
 
-def _parquet(source: SourceFile, field: str, skip: int) -> Iterator[Document]:
+def _parquet(source: SourceFile, field: str, skip: int, expect: Expect) -> Iterator[Document]:
+    if expect.kind != "text":
+        raise mixed_kinds(str(source.path), "text", expect.kind, expect.where)
     pq = _extra("pyarrow.parquet", "parquet", source.path)
     if source.path.suffix.lower() in COMPRESSIONS:
         with _open_binary(source.path) as raw:

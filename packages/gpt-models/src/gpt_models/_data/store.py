@@ -28,7 +28,15 @@ from typing import Any
 import numpy as np
 
 from .._errors import DataError
-from .manifest import FORMAT, MANIFEST, SPLITS, VERSION, manifest_problems, shard_name
+from .manifest import (
+    FORMAT,
+    MANIFEST,
+    SFT_VERSION,
+    SPLITS,
+    VERSION,
+    manifest_problems,
+    shard_name,
+)
 
 # Shards of at most this many bytes in all are sha256-checked when training starts: 0.19 s for a
 # 100 MB store with its shards in the page cache (0.15 to 0.5 GB/s measured on a shared 2-core
@@ -295,10 +303,11 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         raise DataError(f"{path} is not valid JSON ({err}); re-run gpt prepare.") from err
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise DataError(f'{path} is not a gpt prepare manifest (no "format": {FORMAT!r}).')
-    if raw.get("version") != VERSION:
+    if raw.get("version") not in (VERSION, SFT_VERSION):
         raise DataError(
             f"{path} has store format version {raw.get('version')!r}; this gpt-models reads "
-            f"version {VERSION}. Re-run gpt prepare with this version."
+            f"versions {VERSION} and {SFT_VERSION} (with a loss mask). Re-run gpt prepare with "
+            "this version."
         )
     if problems := manifest_problems(raw):
         shown = "; ".join(problems[:6]) + (
@@ -313,6 +322,15 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     return raw
 
 
+def shard_records(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every shard a manifest lists: token ids, and a store with a loss mask's masks and
+    example lengths (``sft_store.py``)."""
+    records = [r for split in SPLITS for r in manifest["shards"][split]]
+    for field in ("mask_shards", "example_shards"):
+        records += [r for split in SPLITS for r in manifest.get(field, {}).get(split, [])]
+    return records
+
+
 def open_store(folder: Path, *, full_hash: bool | None = None) -> Store:
     """Open a store for reading: manifest, sizes (and hashes, see ``FULL_HASH_LIMIT``) checked.
 
@@ -320,7 +338,7 @@ def open_store(folder: Path, *, full_hash: bool | None = None) -> Store:
         DataError: see :func:`read_manifest` and :func:`check_shards`.
     """
     manifest = read_manifest(folder)
-    records = [r for split in SPLITS for r in manifest["shards"][split]]
+    records = shard_records(manifest)
     if full_hash is None:
         full_hash = sum(r["bytes"] for r in records) <= FULL_HASH_LIMIT
     check_shards(folder, records, full_hash=full_hash)

@@ -1,0 +1,147 @@
+"""Chat and completion examples as token ids and a loss mask (1 = the loss counts the token).
+
+An example is rendered to text with the character spans the loss counts, then tokenized: a token
+is counted when any of its characters is (the tokenizer's offsets map tokens to characters; the
+byte tokenizer's tokens are the UTF-8 bytes of each character). The first token of an example is
+never counted: in a packed row it would be predicted from the example before it.
+
+Rendering, by kind:
+
+- chat, with the tokenizer's chat template (``chat_template.py``): the conversation's text. The
+  counted text of an assistant turn is found by rendering the conversation up to the turn before
+  it and up to it (the text the turn adds), and once more with a marker in place of its content
+  (which splits that text into the header before the content and the end-of-turn text after it):
+  the content and the end-of-turn text are counted, the header is not.
+- chat, without a template (the plain template)::
+
+      <|system|>\\n{content}\\n      <|user|>\\n{content}\\n      <|assistant|>\\n{content}{EOT}
+
+  where EOT is the tokenizer's end-of-text token; assistant content and its EOT are counted.
+- completion: ``{prompt}{completion}{EOS}`` (EOS: the template config's ``eos_token``, else the
+  end-of-text token); the completion and EOS are counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._errors import DataError
+from .chat_template import ChatTemplate
+from .encoder import Encoder
+
+_MARK = "\x00\x01counted-content\x01\x00"  # no whitespace: survives a template's trim
+
+
+class ExampleEncoder:
+    """Turns the examples of ``gpt prepare`` into ``(ids, mask)`` pairs, one kind per store."""
+
+    def __init__(self, kind: str, enc: Encoder, template: ChatTemplate | None) -> None:
+        self.kind, self.enc, self.template = kind, enc, template
+        eot = "\0" if enc.tok is None else str(enc.tok.id_to_token(enc.eot_id))
+        self.eot = eot
+        self.eos = template.eos_token if template is not None and template.eos_token else eot
+
+    def encode(self, examples: Sequence[Any], wheres: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(ids uint32, mask uint8)`` per example; ``wheres`` name them (``file:line``)."""
+        rendered = [self._render(ex, w) for ex, w in zip(examples, wheres, strict=True)]
+        return self._tokenize([t for t, _ in rendered], [s for _, s in rendered])
+
+    def _render(self, example: Any, where: str) -> tuple[str, list[tuple[int, int]]]:
+        if self.kind == "completion":
+            prompt, completion = example
+            return prompt + completion + self.eos, [(len(prompt), len(prompt) + len(completion) + len(self.eos))]
+        if self.template is None:
+            return self._plain(example)
+        return _template_spans(self.template, example, where)
+
+    def _plain(self, messages: list[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
+        text, spans = "", []
+        for m in messages:
+            text += f"<|{m['role']}|>\n"
+            if m["role"] == "assistant":
+                spans.append((len(text), len(text) + len(m["content"]) + len(self.eot)))
+                text += m["content"] + self.eot
+            else:
+                text += m["content"] + "\n"
+        return text, spans
+
+    def _tokenize(self, texts: list[str], spans: list[list[tuple[int, int]]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = []
+        if self.enc.tok is None:
+            for text, sp in zip(texts, spans, strict=True):
+                ids = np.frombuffer(text.encode("utf-8", errors="replace"), np.uint8)
+                mask = np.repeat(_char_mask(len(text), sp), _utf8_lengths(text))
+                out.append(_finish(ids.astype(np.uint32), mask))
+            return out
+        encs = self.enc.tok.encode_batch(texts, add_special_tokens=False)
+        for text, sp, e in zip(texts, spans, encs, strict=True):
+            counted = np.concatenate([[0], np.cumsum(_char_mask(len(text), sp), dtype=np.int64)])
+            offsets = np.array(e.offsets, np.int64).reshape(-1, 2)
+            hit = counted[offsets[:, 1]] > counted[offsets[:, 0]]
+            out.append(_finish(np.array(e.ids, np.uint32), hit.astype(np.uint8)))
+        return out
+
+
+def _finish(ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mask = mask.astype(np.uint8)
+    if len(mask):
+        mask[0] = 0  # nothing in the example comes before its first token
+    return ids, mask
+
+
+def _char_mask(n: int, spans: list[tuple[int, int]]) -> np.ndarray:
+    mask = np.zeros(n, np.uint8)
+    for a, b in spans:
+        mask[a:b] = 1
+    return mask
+
+
+def _utf8_lengths(text: str) -> np.ndarray:
+    """Bytes per character as ``str.encode("utf-8", errors="replace")`` writes them."""
+    cp = np.frombuffer(text.encode("utf-32-le", errors="surrogatepass"), np.uint32)
+    lengths = 1 + (cp >= 0x80) + (cp >= 0x800) + (cp >= 0x10000)
+    lengths[(cp >= 0xD800) & (cp < 0xE000)] = 1  # a lone surrogate is replaced by "?"
+    return lengths.astype(np.int64)
+
+
+def _template_spans(template: ChatTemplate, messages: list[dict[str, str]],
+                    where: str) -> tuple[str, list[tuple[int, int]]]:  # fmt: skip
+    full = template.render(messages, where)
+    spans = []
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        before = template.render(messages[:i], where) if i else _render_empty(template, where)
+        through = template.render(messages[: i + 1], where)
+        marked = template.render([*messages[:i], {"role": "assistant", "content": _MARK}], where)
+        if not (full.startswith(through) and through.startswith(before) and marked.startswith(before)):
+            raise DataError(
+                f"The chat template in {template.file} renders the first {i + 1} messages of "
+                f"{where} as text that does not begin the text of the whole conversation (it "
+                "renders earlier turns differently once later ones follow), so the assistant turn's "
+                "tokens cannot be told apart for the loss mask. Use a template whose text for the "
+                f"first turns begins the text of the whole conversation, or move {template.file.name} "
+                "away to use the plain template (docs/gpt_models.md)."
+            )
+        head, _, tail = marked[len(before):].partition(_MARK)
+        added = through[len(before):]
+        if _MARK not in marked or not (added.startswith(head) and added.endswith(tail)):
+            raise DataError(
+                f"The chat template in {template.file} does not render the assistant content of "
+                f"messages[{i}] of {where} as given (it leaves out or rewrites it), so its tokens "
+                f"cannot be found for the loss mask. Fix the template, or move {template.file.name} "
+                "away to use the plain template (docs/gpt_models.md)."
+            )
+        spans.append((len(before) + len(head), len(through)))
+    return full, spans
+
+
+def _render_empty(template: ChatTemplate, where: str) -> str:
+    """The text of no messages (a default system prompt, a BOS), or "" where the template refuses."""
+    try:
+        return template.render([], where)
+    except DataError:  # e.g. a template that reads messages[0]
+        return ""
