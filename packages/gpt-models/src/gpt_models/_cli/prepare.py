@@ -9,7 +9,9 @@ import sys
 def prepare_parser(p: argparse.ArgumentParser) -> None:
     """The flags of ``gpt prepare``."""
     p.add_argument("sources", nargs="+", metavar="SRC",
-                   help="text files (.txt/.md: one document each), .jsonl (one per line), "
+                   help="text files (.txt/.md: one document each), .jsonl (one per line: "
+                        "text, or chat {\"messages\": [...]} or {\"prompt\", \"completion\"} "
+                        "examples, which get a loss mask), "
                         ".parquet (one per row), each optionally .gz/.zst, or folders of them "
                         "(their other files are skipped, and listed)")  # fmt: skip
     p.add_argument("--out", required=True, metavar="DIR",
@@ -18,7 +20,8 @@ def prepare_parser(p: argparse.ArgumentParser) -> None:
                         "gpt train --set data.path=DIR")  # fmt: skip
     p.add_argument("--tokenizer", default="byte", metavar="byte|bpe|FILE.json",
                    help="byte (default), bpe (trained here on the first ~64 MB of documents) or "
-                        "a tokenizers tokenizer.json")  # fmt: skip
+                        "a tokenizers tokenizer.json (chat examples are rendered with the "
+                        "chat_template of a tokenizer_config.json beside it)")  # fmt: skip
     p.add_argument("--bpe-vocab-size", type=int, default=None,
                    help="ids of the BPE tokenizer --tokenizer bpe trains, 257..65536; default 2048")  # fmt: skip
     p.add_argument("--val-fraction", type=float, default=0.01,
@@ -70,8 +73,17 @@ def prepare_command(args: argparse.Namespace) -> int:
         print(
             f"{args.out} is up to date: same inputs and settings, every shard verifies; nothing to do."
         )
+    what = f"{docs['train']:,} train / {docs['val']:,} val documents"
+    if m.get("loss_mask"):  # chat or completion examples: what the loss will count
+        masked = m["masked_tokens"]
+        share = (masked["train"] + masked["val"]) / max(tokens["train"] + tokens["val"], 1)
+        what = (
+            f"{m['kind']} data, {m['examples']['train']:,} train / {m['examples']['val']:,} val "
+            f"examples with a loss mask ({share:.1%} of the tokens counted: "
+            f"{masked['train']:,} / {masked['val']:,})"
+        )
     print(
-        f"{args.out}: {docs['train']:,} train / {docs['val']:,} val documents, "
+        f"{args.out}: {what}, "
         f"{tokens['train']:,} / {tokens['val']:,} tokens ({m['tokenizer']['kind']} tokenizer, "
         f"{m['tokenizer']['vocab_size']} ids, {m['dtype']}), "
         f"{len(m['shards']['train']) + len(m['shards']['val'])} shards, "

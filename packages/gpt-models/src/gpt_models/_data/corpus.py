@@ -17,13 +17,22 @@ from .._errors import DataError
 from .bpe import BPETokenizer
 from .byte_tokenizer import ByteTokenizer
 from .mixture import MixedTokens, check_shared_tokenizer, describe, missing_source, part_configs
-from .store import ShardedTokens, check_tokenizer_json, is_store, open_store, store_tokenizer_file
+from .packing import PackedExamples, packed_eval_batches, packed_train_batch
+from .sft_store import EXAMPLES, MASK
+from .store import (
+    ShardedTokens,
+    Store,
+    check_tokenizer_json,
+    is_store,
+    open_store,
+    store_tokenizer_file,
+)
 from .token_files import BinMeta, read_bin_meta, same_meta
 
 Tokenizer = ByteTokenizer | BPETokenizer
-# Token ids in memory, a memmap'd .bin file, the shards of a token store (read with pread), or one
-# split of a mixture (a token array per source).
-TokenArray = np.ndarray | ShardedTokens | MixedTokens
+# Token ids in memory, a memmap'd .bin file, the shards of a token store (read with pread), one
+# split of a mixture (a token array per source), or of a store with a loss mask (packed examples).
+TokenArray = np.ndarray | ShardedTokens | MixedTokens | PackedExamples
 
 # How much of a large .bin file is scanned to check that its token ids fit the vocabulary.
 _VOCAB_CHECK_TOKENS = 1 << 24
@@ -54,6 +63,9 @@ class Dataset:
     A mixture (``data.sources``) has one ``Dataset`` per source in ``parts``; its ``train`` and
     ``val`` are :class:`MixedTokens` over theirs, and its ``bytes_per_token`` is the sources'
     weighted by their shares of the training rows (what converts the train loss to nats per byte).
+
+    A store with a loss mask (chat or completion examples, ``gpt prepare``) has
+    :class:`PackedExamples` splits: its batches are dicts (``train_batch``).
     """
 
     train: TokenArray
@@ -63,6 +75,17 @@ class Dataset:
     bytes_per_token: float | None = 1.0
     bin_meta: BinMeta | None = None
     parts: tuple[Dataset, ...] = ()
+
+    @property
+    def loss_mask(self) -> bool:
+        """Whether batches are dicts of ids, loss mask and segments (a store with a loss mask)."""
+        return isinstance(self.train, PackedExamples)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What opening the data left out, one line each (examples longer than a row)."""
+        return tuple(s.note for s in (self.train, self.val)
+                     if isinstance(s, PackedExamples) and s.note)  # fmt: skip
 
 
 def load_dataset(
@@ -149,11 +172,33 @@ def _store_dataset(
             f"The token store {folder} has {vocab} token ids, but model.vocab_size = "
             f"{vocab_size}. Set --set model.vocab_size={_round_up(vocab, 64)}."
         )
+    if store.manifest.get("loss_mask"):
+        train, val = (_packed(store, s, seq_len) for s in ("train", "val"))
+        return Dataset(train, val, str(folder), tok, _bytes_per_token(tok, store.val))
     ds = Dataset(store.train, store.val, str(folder), tok, _bytes_per_token(tok, store.val))
     # The split was made by gpt prepare: data.val_fraction does not apply to a store.
     made = store.manifest.get("settings", {}).get("val_fraction")
     _check_length(ds, seq_len, f"split by gpt prepare --val-fraction {made}")
     return ds
+
+
+def _packed(store: Store, split: str, seq_len: int) -> PackedExamples:
+    """A split of a store with a loss mask, its examples packed into rows of ``seq_len + 1``."""
+    m, folder = store.manifest, store.folder
+    paths = {what: [folder / r["file"] for r in m[field][split]]
+             for what, field in ((MASK, "mask_shards"), (EXAMPLES, "example_shards"))}  # fmt: skip
+    lengths = np.asarray(ShardedTokens(paths[EXAMPLES], np.dtype("<u4"))[:], np.int64)
+    if not len(lengths):
+        made = m.get("settings", {}).get("val_fraction")
+        raise DataError(
+            f"The {split} split of the token store {folder} holds no examples (split by gpt "
+            f"prepare --val-fraction {made}), and training needs both splits. Prepare the store "
+            "again with a --val-fraction that puts examples in both (gpt prepare names one)."
+        )
+    tokens = store.train if split == "train" else store.val
+    mask = ShardedTokens(paths[MASK], np.dtype("u1"))
+    return PackedExamples(tokens, mask, lengths, seq_len, split=split, source=str(folder),
+                          shuffle=split == "train")  # fmt: skip
 
 
 def _mixture_dataset(
@@ -165,6 +210,13 @@ def _mixture_dataset(
         if not Path(src.path).exists():
             raise missing_source(i, src)
         parts.append(load_dataset(part, seq_len=seq_len, vocab_size=vocab_size, tokenizer=tok))
+        if parts[-1].loss_mask:
+            raise DataError(
+                f"data.sources[{i}] ({src.label!r}, {src.path}) is a store of chat or completion "
+                "examples with a loss mask, and a mixture reads windows of plain token ids: "
+                "mixing example stores is not supported. Train on it alone (--set "
+                f"data.path={src.path}), or prepare the sources' JSONL files into one store."
+            )
         tok = parts[0].tokenizer  # the first source's (a store's own), the others must agree
     names = [s.label for s in cfg.sources]
     weights = [s.weight for s in cfg.sources]
@@ -305,6 +357,11 @@ def train_batch(
 ) -> np.ndarray:
     """This process's rows of step ``step``'s batch: ``(grad_accum, rows, seq_len + 1)`` int32.
 
+    For a split of a store with a loss mask (:class:`PackedExamples`) it is a dict of three such
+    arrays: ``tokens`` (int32), ``mask`` (uint8: 1 where ``tokens[..., t]`` is a target the loss
+    counts) and ``segments`` (int32: 1, 2, ... per packed example, 0 at padding); rows are drawn
+    from the split's packing for ``seed`` as windows are (see ``packing.py``).
+
     The global batch depends only on ``(seed, step)``; process ``p`` of ``P`` keeps rows
     ``[p * m / P, (p + 1) * m / P)`` of each micro-batch of ``m`` rows. ``tokens`` may be a
     mixture's train split (``Dataset.train`` of ``data.sources``): each row then comes from one
@@ -318,13 +375,16 @@ def train_batch(
         >>> a.shape, bool((a == train_batch(toks, 7, seed=0, batch_size=4, grad_accum=2, seq_len=8)).all())
         ((2, 2, 9), True)
     """
+    rows = batch_size // grad_accum // process_count
+    if isinstance(tokens, PackedExamples):
+        return packed_train_batch(tokens, step, seed=seed, batch_size=batch_size,  # type: ignore[return-value]
+                                  grad_accum=grad_accum, rows=rows, process_index=process_index)  # fmt: skip
     if isinstance(tokens, MixedTokens):
         which, starts = tokens.draw(step, seed=seed, batch_size=batch_size, seq_len=seq_len)
     else:
         rng = np.random.default_rng([seed, step])
         starts = rng.integers(0, len(tokens) - seq_len - 1, size=batch_size)
         which = np.zeros_like(starts)
-    rows = batch_size // grad_accum // process_count
     mine = np.s_[:, process_index * rows : (process_index + 1) * rows]
     starts, which = (a.reshape(grad_accum, batch_size // grad_accum)[mine] for a in (starts, which))
     if not isinstance(tokens, MixedTokens):
@@ -348,6 +408,8 @@ def eval_batches(
     """Fixed, evenly spaced validation windows: ``(n_batches, rows, seq_len + 1)`` int32.
 
     The same windows at every evaluation, so val losses of different steps (and runs) compare.
+    For a split of a store with a loss mask: a dict as :func:`train_batch` gives, of evenly
+    spaced rows of the split's packing in store order (the same for every seed).
 
     Example:
         >>> import numpy as np
@@ -355,6 +417,9 @@ def eval_batches(
         >>> eval_batches(np.arange(100), n_batches=2, batch_size=3, seq_len=4)[:, :, 0].tolist()
         [[0, 19, 38], [57, 76, 95]]
     """
+    if isinstance(tokens, PackedExamples):
+        return packed_eval_batches(tokens, n_batches=n_batches, batch_size=batch_size,  # type: ignore[return-value]
+                                   rows=batch_size // process_count, process_index=process_index)  # fmt: skip
     starts = np.linspace(0, len(tokens) - seq_len - 1, n_batches * batch_size).astype(np.int64)
     starts = starts.reshape(n_batches, batch_size)
     rows = batch_size // process_count

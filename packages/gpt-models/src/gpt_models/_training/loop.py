@@ -230,6 +230,8 @@ def _prepare(cfg: Config, run: Path, resume: bool, stream: TextIO) -> tuple[Any,
     dataset = load_dataset(
         cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size, tokenizer=tokenizer
     )
+    for note in dataset.notes:  # examples too long for a row, left out (never cut)
+        print(note, file=said)
     if cfg.data.kind == "store" and cfg.data.val_fraction != DataConfig().val_fraction:
         print(
             f"note: data.val_fraction = {cfg.data.val_fraction} does not apply to a token store: "

@@ -1,0 +1,132 @@
+"""The batches of a store with a loss mask (``sft_store.py``): whole examples packed into rows.
+
+A split's examples that fit a row of ``seq_len + 1`` ids are packed in order, each into the
+current row while it has room, else into a new one (next fit). The training split packs them in a
+permutation drawn from ``default_rng([seed, _PACK_STREAM])``, the validation split in store order;
+so the rows are a pure function of the store and ``train.seed``. A step's rows are drawn as
+``train_batch`` draws a plain store's windows (``default_rng([seed, step])``, with replacement),
+each process keeping its own share: a resumed run reads exactly the batches of an uninterrupted one.
+
+A row is three arrays of ``seq_len + 1``: ``tokens`` (0 after the last example), ``mask`` (the
+loss mask, 0 at each example's first id and at padding) and ``segments`` (1, 2, ... per example,
+0 at padding). An example longer than a row is never cut: it is left out and counted
+(:attr:`PackedExamples.note`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._errors import DataError
+from .store import ShardedTokens
+
+_PACK_STREAM = 2  # the third entropy word of the packing order ([seed, s]: windows; 1: mixtures)
+
+
+class PackedExamples:
+    """One split of a store with a loss mask: its ids, mask and example lengths, packed into rows.
+
+    ``len()`` is its number of ids (as for a plain split); slices read its ids.
+    """
+
+    def __init__(self, tokens: ShardedTokens, mask: ShardedTokens, lengths: np.ndarray,
+                 seq_len: int, *, split: str, source: str, shuffle: bool) -> None:  # fmt: skip
+        self.tokens, self.mask, self.seq_len, self.shuffle = tokens, mask, seq_len, shuffle
+        self.lengths = np.asarray(lengths, np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.lengths)])[:-1]
+        self.fits = np.flatnonzero(self.lengths <= seq_len + 1)
+        self._rows: dict[int | None, tuple[np.ndarray, np.ndarray]] = {}
+        skipped = len(self.lengths) - len(self.fits)
+        if len(self.lengths) and not len(self.fits):
+            raise DataError(
+                f"Every one of the {len(self.lengths):,} examples of the {split} split of "
+                f"{source} is longer than a row of model.seq_len + 1 = {seq_len + 1} tokens (the "
+                f"shortest has {int(self.lengths.min()):,}), and examples are never cut. Set "
+                f"--set model.seq_len={_fitting(self.lengths)} (or more), or prepare shorter "
+                "examples."
+            )
+        self.note = "" if not skipped else (
+            f"note: {skipped:,} of the {len(self.lengths):,} examples of the {split} split of "
+            f"{source} are longer than model.seq_len + 1 = {seq_len + 1} tokens and are left out "
+            f"(the longest has {int(self.lengths.max()):,}; examples are never cut)."
+        )  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        return self.tokens[index]
+
+    def rows(self, seed: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """``(order, row_ptr)``: row ``r`` holds examples ``order[row_ptr[r]:row_ptr[r + 1]]``."""
+        key = seed if self.shuffle else None
+        if key not in self._rows:
+            order = self.fits
+            if key is not None:
+                order = np.random.default_rng([key, _PACK_STREAM]).permutation(order)
+            self._rows[key] = (order, _next_fit(self.lengths[order], self.seq_len + 1))
+        return self._rows[key]
+
+    def read(self, rows: np.ndarray, seed: int | None) -> dict[str, np.ndarray]:
+        """Rows ``rows`` (any shape) of the packing: ``tokens``/``mask``/``segments`` of shape
+        ``(*rows.shape, seq_len + 1)``."""
+        order, ptr = self.rows(seed)
+        flat = rows.reshape(-1)
+        width = self.seq_len + 1
+        out = {"tokens": np.zeros((len(flat), width), np.int32),
+               "mask": np.zeros((len(flat), width), np.uint8),
+               "segments": np.zeros((len(flat), width), np.int32)}  # fmt: skip
+        for i, r in enumerate(flat.tolist()):
+            at = 0
+            for seg, ex in enumerate(order[ptr[r] : ptr[r + 1]].tolist(), start=1):
+                start, n = int(self.starts[ex]), int(self.lengths[ex])
+                out["tokens"][i, at : at + n] = self.tokens[start : start + n]
+                out["mask"][i, at : at + n] = self.mask[start : start + n]
+                out["mask"][i, at] = 0  # the first id of an example is no target
+                out["segments"][i, at : at + n] = seg
+                at += n
+        return {k: v.reshape(*rows.shape, width) for k, v in out.items()}
+
+    def padding(self, seed: int | None = None) -> float:
+        """The share of the packed rows' ids that is padding."""
+        order, ptr = self.rows(seed)
+        rows = len(ptr) - 1
+        return 1.0 - float(self.lengths[order].sum()) / max(rows * (self.seq_len + 1), 1)
+
+
+def _next_fit(lengths: np.ndarray, width: int) -> np.ndarray:
+    """Row boundaries (``row_ptr``) of next-fit packing ``lengths`` (each <= ``width``) in order."""
+    ptr, used = [0], 0
+    for i, n in enumerate(lengths.tolist()):
+        if used + n > width:
+            ptr.append(i)
+            used = 0
+        used += n
+    if len(lengths):
+        ptr.append(len(lengths))
+    return np.array(ptr, np.int64)
+
+
+def _fitting(lengths: np.ndarray) -> int:
+    """A seq_len that fits at least half the examples, rounded up to a multiple of 64."""
+    return max(64, -(-(int(np.median(lengths)) - 1) // 64) * 64)
+
+
+def packed_train_batch(split: PackedExamples, step: int, *, seed: int, batch_size: int,
+                       grad_accum: int, rows: int, process_index: int) -> dict[str, np.ndarray]:  # fmt: skip
+    """This process's rows of step ``step``: each array ``(grad_accum, rows, seq_len + 1)``."""
+    _, ptr = split.rows(seed)
+    picks = np.random.default_rng([seed, step]).integers(0, len(ptr) - 1, size=batch_size)
+    picks = picks.reshape(grad_accum, batch_size // grad_accum)
+    return split.read(picks[:, process_index * rows : (process_index + 1) * rows], seed)
+
+
+def packed_eval_batches(split: PackedExamples, *, n_batches: int, batch_size: int, rows: int,
+                        process_index: int) -> dict[str, np.ndarray]:  # fmt: skip
+    """Fixed, evenly spaced rows of the packing: each array ``(n_batches, rows, seq_len + 1)``."""
+    _, ptr = split.rows(None)
+    picks = np.linspace(0, len(ptr) - 2, n_batches * batch_size).round().astype(np.int64)
+    picks = picks.reshape(n_batches, batch_size)
+    return split.read(picks[:, process_index * rows : (process_index + 1) * rows], None)
