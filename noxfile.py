@@ -286,7 +286,7 @@ def interop(session: nox.Session) -> None:
     """Hugging Face interop (opt-in, not in the default list: it installs torch + transformers).
 
     Exports trained tiny GPT-2- and Llama-shaped runs and checks transformers' logits and greedy
-    tokens on them; ``-- regen`` also rewrites the golden folders under gpt-models' tests/data.
+    tokens on them, and gpt prepare's chat-template ids against ``apply_chat_template``; ``-- regen`` also rewrites the golden folders under gpt-models' tests/data.
     """
     h.sync_locked(session, session.virtualenv.location, "dev")
     session.install("torch", "transformers")
@@ -294,7 +294,9 @@ def interop(session: nox.Session) -> None:
     if "regen" in session.posargs:
         session.run("python", str(data / "make_hf_golden.py"), env=h.ENV)
     session.run("python", str(data / "check_hf_interop.py"), env=h.ENV)
-    session.run(*h.PYTEST, "packages/gpt-models/tests/test_hf.py", env=h.ENV)
+    # test_sft_data.py: the chat-template ids against transformers' apply_chat_template
+    session.run(*h.PYTEST, "packages/gpt-models/tests/test_hf.py",
+                "packages/gpt-models/tests/test_sft_data.py", env=h.ENV)  # fmt: skip
 
 
 @nox.session

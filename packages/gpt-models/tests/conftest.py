@@ -9,6 +9,7 @@ which one and why no public route reaches that moment, so the test files import 
 
 import dataclasses
 import errno
+import json
 import logging
 import os
 from pathlib import Path
@@ -235,3 +236,73 @@ def read_only_below(monkeypatch):
         monkeypatch.setattr(os, "mkdir", mkdir)
 
     return read_only
+
+
+# A ChatML-style chat template (BOS, <|im_start|>role\n content <|im_end|>\n) and a Llama-2-style
+# one (a system prompt folded into the first [INST], roles checked with raise_exception, EOS after
+# each answer), written here; with `trim_blocks` and `lstrip_blocks` their block tags leave no
+# whitespace behind.
+CHATML_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}\n"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] | trim + '<|im_end|>\\n' }}"
+    "{% endfor %}\n"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+INST_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}\n"
+    "  {% set system = messages[0]['content'] %}{% set turns = messages[1:] %}\n"
+    "{% else %}\n"
+    "  {% set system = '' %}{% set turns = messages %}\n"
+    "{% endif %}\n"
+    "{% for message in turns %}\n"
+    "  {% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n"
+    "    {{ raise_exception('Conversation roles must alternate user/assistant/user/...') }}\n"
+    "  {% endif %}\n"
+    "  {% if message['role'] == 'user' %}\n"
+    "{{ bos_token + '[INST] ' + (system + ' | ' if loop.first and system else '') + "
+    "message['content'] + ' [/INST]' }}{% else %}\n"
+    "{{ ' ' + message['content'] + ' ' + eos_token }}{% endif %}\n"
+    "{% endfor %}"
+)
+CHAT_WORDS = (
+    "user assistant system hi hello there how are you fine thanks bye what is two plus "
+    "four be brief [INST] [/INST] | ! ? . ,"
+).split()
+
+
+@pytest.fixture
+def chat_tokenizer(tmp_path):
+    """``chat_tokenizer(template, name="tok")``: the path of a hand-made ``tokenizer.json`` with a
+    ``tokenizer_config.json`` beside it holding ``template`` (None: no chat template; the
+    templates above are ``chat_tokenizer.CHATML`` and ``chat_tokenizer.INST``).
+
+    The tokenizer is word-level, so test ids can be written by hand (``chat_tokenizer.vocab``):
+    ids 0-4 are ``<unk>``, ``<s>``, ``</s>``, ``<|im_start|>``, ``<|im_end|>`` (special), 5 is
+    ``"\\n"``, 6 is ``" "``, then :data:`CHAT_WORDS` in order. Spaces and newlines are tokens of
+    their own.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    specials = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    vocab = {w: i for i, w in enumerate([*specials, "\n", " ", *CHAT_WORDS])}
+
+    def make(template: str | None, name: str = "tok") -> Path:
+        tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Split(
+            Regex(r"\[/?INST\]|\w+|\s|[^\w\s]"), behavior="isolated"
+        )
+        tok.decoder = decoders.Fuse()
+        tok.add_special_tokens(specials)
+        folder = tmp_path / name
+        folder.mkdir()
+        tok.save(str(folder / "tokenizer.json"))
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
+                  "eos_token": {"__type": "AddedToken", "content": "</s>", "special": True},
+                  "unk_token": "<unk>"}  # fmt: skip
+        if template is not None:
+            config["chat_template"] = template
+        (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+        return folder / "tokenizer.json"
+
+    make.CHATML, make.INST, make.vocab = CHATML_TEMPLATE, INST_TEMPLATE, vocab  # type: ignore[attr-defined]
+    return make
