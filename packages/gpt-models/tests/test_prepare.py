@@ -309,7 +309,7 @@ def test_more_bad_input_is_named(tmp_path):
         load_dataset(DataConfig(path=str(tmp_path / "st")), seq_len=8, vocab_size=256)
     (tmp_path / "st" / "manifest.json").write_text(json.dumps({**manifest, "version": 99}))
     with pytest.raises(
-        DataError, match="has store format version 99; this gpt-models reads version 1"
+        DataError, match="has store format version 99; this gpt-models reads versions 1 and 2"
     ):
         load_dataset(DataConfig(path=str(tmp_path / "st")), seq_len=8, vocab_size=256)
 

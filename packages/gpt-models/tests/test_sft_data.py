@@ -65,8 +65,8 @@ def test_the_kind_is_detected_from_the_fields_of_each_line(tmp_path):
         assert m["examples"]["val"] > 0  # the validation split holds whole examples too
         for split in ("train", "val"):
             assert sum(len(i) for i, _ in _examples(r.out, split)) == m["tokens"][split]
-            assert sum(int(k.sum()) for _, k in _examples(r.out, split)) == (
-                m["masked_tokens"][split]
+            assert (
+                sum(int(k.sum()) for _, k in _examples(r.out, split)) == (m["masked_tokens"][split])
             )
     assert "loss_mask" not in text.manifest and text.manifest["version"] == 1
 
@@ -131,8 +131,14 @@ def test_chat_template_ids_equal_transformers_apply_chat_template(tmp_path, chat
     for a word-level and a byte-level BPE tokenizer (runs where transformers is installed: the
     ``interop`` nox session)."""
     transformers = pytest.importorskip("transformers")
-    chats = [CHATS[3], CHATS[11][1:], [{"role": "user", "content": "naïve \"quotes\" <b>"},
-                                       {"role": "assistant", "content": "  spaced\n\nout  "}]]
+    chats = [
+        CHATS[3],
+        CHATS[11][1:],
+        [
+            {"role": "user", "content": 'naïve "quotes" <b>'},
+            {"role": "assistant", "content": "  spaced\n\nout  "},
+        ],
+    ]
     folders = [chat_tokenizer(chat_tokenizer.CHATML, "chatml"),
                chat_tokenizer(chat_tokenizer.INST, "inst"),
                _bpe_with_template(tmp_path, chat_tokenizer.CHATML)]  # fmt: skip
@@ -208,7 +214,7 @@ def test_packed_batches_are_deterministic_and_never_split_an_example(tmp_path):
                               strict=True):  # fmt: skip
         pad = seg == 0
         assert not tok[pad].any() and not mask[pad].any()
-        assert np.all(np.diff(seg[~pad]) >= 0) and pad[np.argmax(pad):].all()
+        assert np.all(np.diff(seg[~pad]) >= 0) and pad[np.argmax(pad) :].all()
         for s in range(1, seg.max() + 1):
             at = np.flatnonzero(seg == s)
             assert tuple(tok[at].tolist()) in whole and mask[at[0]] == 0
@@ -224,13 +230,18 @@ def test_examples_longer_than_a_row_are_left_out_and_counted(tmp_path):
     long = [[{"role": "user", "content": "x" * 300}, {"role": "assistant", "content": "y"}]]
     store = _store(tmp_path, CHATS + long * 8)
     ds = load_dataset(DataConfig(path=str(store)), seq_len=127, vocab_size=256)
-    train, val = (json.loads((store / "manifest.json").read_text())["examples"][s]
-                  for s in ("train", "val"))  # fmt: skip
-    n = sum("of the" in x for x in ds.notes)
-    assert n >= 1 and "are longer than model.seq_len + 1 = 128 tokens and are left out" in (
-        ds.notes[0]
-    )
-    assert f"of the {train:,} examples of the train split" in ds.notes[0] or val
+    examples = json.loads((store / "manifest.json").read_text())["examples"]
+    skipped = 0
+    for note in ds.notes:  # one line per split that has any
+        n, total, split = re.match(
+            r"note: (\d+) of the ([\d,]+) examples of the (\w+) split", note
+        ).groups()
+        assert int(total.replace(",", "")) == examples[split]
+        assert (
+            "longer than model.seq_len + 1 = 128 tokens and are left out (the longest has" in note
+        )
+        skipped += int(n)
+    assert skipped == 8
     batch = train_batch(ds.train, 0, seed=0, batch_size=16, grad_accum=1, seq_len=127)
     assert not (batch["tokens"] == ord("x")).any()  # no long example, cut or whole
 

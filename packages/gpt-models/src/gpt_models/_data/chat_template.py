@@ -58,7 +58,9 @@ class ChatTemplate:
         try:
             return str(self.compiled.render(messages=messages, tools=None, documents=None,
                                             add_generation_prompt=False, **self.variables))  # fmt: skip
-        except Exception as err:  # Jinja raises TemplateError subclasses, and whatever the code does
+        except (
+            Exception
+        ) as err:  # Jinja raises TemplateError subclasses, and whatever the code does
             raise DataError(
                 f"The chat template in {self.file} failed to render the conversation of {where} "
                 f"({type(err).__name__}: {err}). The template refuses these messages (e.g. roles "
@@ -128,7 +130,7 @@ def _compile(source: str, file: Path) -> Any:
     class Generation(Extension):
         """``{% generation %}...{% endgeneration %}``: the body, as it is."""
 
-        tags = {"generation"}
+        tags = frozenset({"generation"})  # type: ignore[assignment]
 
         def parse(self, parser: Any) -> list[nodes.Node]:
             next(parser.stream)

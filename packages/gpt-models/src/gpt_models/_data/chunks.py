@@ -14,12 +14,16 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from .._console import StatusLine
-from .sources import Document, Expect, SourceFile, read_documents
+from .sources import PLAIN_TEXT, Document, Expect, SourceFile, read_documents
 
 
 def chunks(
-    sources: list[SourceFile], source: int, pos: int, text_field: str, chunk_bytes: int,
-    expect: Expect = Expect(),
+    sources: list[SourceFile],
+    source: int,
+    pos: int,
+    text_field: str,
+    chunk_bytes: int,
+    expect: Expect = PLAIN_TEXT,
 ) -> Iterator[tuple[int, list[Document], bool]]:
     """(source index, documents, source finished) pieces of about ``chunk_bytes`` of text, from
     document ``pos`` of ``sources[source]`` on; every line of the kind ``expect`` says."""

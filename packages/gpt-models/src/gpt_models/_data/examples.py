@@ -88,9 +88,7 @@ _PHRASE = {"text": "plain text", "chat": "a chat example", "completion": "a comp
 
 
 def _bad(where: str, kind: str, found: str, fix: str) -> str:
-    return (
-        f"{where} is a {kind} line, but {found}. Expected {_EXPECTED[kind]}; fix: {fix}."
-    )
+    return f"{where} is a {kind} line, but {found}. Expected {_EXPECTED[kind]}; fix: {fix}."
 
 
 def _type(value: Any) -> str:

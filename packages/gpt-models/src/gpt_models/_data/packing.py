@@ -75,9 +75,11 @@ class PackedExamples:
         order, ptr = self.rows(seed)
         flat = rows.reshape(-1)
         width = self.seq_len + 1
-        out = {"tokens": np.zeros((len(flat), width), np.int32),
-               "mask": np.zeros((len(flat), width), np.uint8),
-               "segments": np.zeros((len(flat), width), np.int32)}  # fmt: skip
+        out: dict[str, np.ndarray] = {
+            "tokens": np.zeros((len(flat), width), np.int32),
+            "mask": np.zeros((len(flat), width), np.uint8),
+            "segments": np.zeros((len(flat), width), np.int32),
+        }
         for i, r in enumerate(flat.tolist()):
             at = 0
             for seg, ex in enumerate(order[ptr[r] : ptr[r + 1]].tolist(), start=1):

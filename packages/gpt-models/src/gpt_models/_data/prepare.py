@@ -30,11 +30,12 @@ from .bpe import MAX_VOCAB, MIN_VOCAB
 from .chat_template import ChatTemplate, find_chat_template
 from .chunks import Meter, chunks, threaded
 from .encoder import Encoder, make_encoder
-from .manifest import FORMAT, MANIFEST, SFT_VERSION, SPLITS, VERSION, id_dtype
-from .out_folder import STATE, TOKENIZER_JSON, claim, discard
+from .manifest import MANIFEST, SPLITS, id_dtype
+from .out_folder import STATE, claim, discard
 from .sft_encode import ExampleEncoder
-from .sft_store import EXAMPLES, MASK, sft_manifest, sft_writers, stream
+from .sft_store import EXAMPLES, MASK, sft_writers, stream
 from .sources import (
+    Document,
     Expect,
     SourceFile,
     check_extras,
@@ -51,7 +52,8 @@ from .store import (
     shard_records,
     write_json_atomic,
 )
-from .val_split import SPLIT_RULE, empty_val_fix, remember, split_key, split_of
+from .store_manifest import new_stats, store_manifest
+from .val_split import empty_val_fix, remember, split_key, split_of
 
 _CHUNK_BYTES = 2 << 20  # ~2 MB of text: the encodings of a chunk stay ~100 MB
 _BPE_SAMPLE_BYTES = 64 << 20
@@ -267,7 +269,7 @@ def _run(job: _Job, state: dict[str, Any], tokenizer: str,
         _write(job, state, enc, writers)
         shards = {s: w.close() for s, w in writers.items()}
         dtype = id_dtype(enc.vocab_size)
-        manifest = _manifest(state["settings"], sources, state["stats"], shards, enc, dtype)
+        manifest = store_manifest(state["settings"], sources, state["stats"], shards, enc, dtype)
         fix = _check_split(manifest, state, sources)
     except DataError:
         for w in writers.values():
@@ -321,27 +323,21 @@ def _write(job: _Job, state: dict[str, Any], enc: Encoder,
     pieces = chunks(sources, state["source"], state["pos"], text_field, _CHUNK_BYTES, job.expect)
     for i, docs, done in threaded(pieces):
         while len(stats) <= i:
-            stats.append(_new_stats(sft))
-        if examples is None:  # each document ended by the end-of-text id; no mask
-            eot = np.array([enc.eot_id], np.uint32)
-            ids = enc.encode([d.text for d in docs])
-            pairs = [(np.concatenate([x, eot]) if len(x) else x, None) for x in ids]
-        else:
-            wheres = [f"{sources[i].path}:{d.pos + 1}" for d in docs]
-            pairs = list(examples.encode([d.example for d in docs], wheres))
+            stats.append(new_stats(sft))
+        pairs = _encode(enc, examples, docs, sources[i])
         parts: dict[str, list[np.ndarray]] = {s: [] for s in writers}
-        for doc, (ids, mask) in zip(docs, pairs, strict=True):
-            if len(ids) == 0:  # an empty document (file, text field): no text, no separator
+        for doc, (doc_ids, mask) in zip(docs, pairs, strict=True):
+            if len(doc_ids) == 0:  # an empty document (file, text field): no text, no separator
                 continue
             split = split_of(sources[i].name, doc.pos, val_fraction)
-            remember(smallest, split_key(sources[i].name, doc.pos), len(ids))
-            parts[split].append(ids)
+            remember(smallest, split_key(sources[i].name, doc.pos), len(doc_ids))
+            parts[split].append(doc_ids)
             stats[i]["documents"] += 1
             stats[i]["undecodable"] += doc.n_replaced
             stats[i]["val_documents"] += split == "val"
             if mask is not None:
                 parts[stream(split, MASK)].append(mask)
-                parts[stream(split, EXAMPLES)].append(np.array([len(ids)], np.uint32))
+                parts[stream(split, EXAMPLES)].append(np.array([len(doc_ids)], np.uint32))
                 stats[i]["val_masked" if split == "val" else "masked"] += int(mask.sum())
         for name, writer in writers.items():
             if parts[name]:
@@ -358,9 +354,16 @@ def _write(job: _Job, state: dict[str, Any], enc: Encoder,
     meter.close()
 
 
-def _new_stats(sft: bool) -> dict[str, int]:
-    plain = {"documents": 0, "undecodable": 0, "val_documents": 0}
-    return plain | {"masked": 0, "val_masked": 0} if sft else plain
+def _encode(enc: Encoder, examples: ExampleEncoder | None, docs: list[Document],
+            source: SourceFile) -> list[tuple[np.ndarray, np.ndarray | None]]:  # fmt: skip
+    """Each document's ids, and its loss mask: plain text ended by the end-of-text id (no
+    mask), or a chat or completion example (``sft_encode.py``)."""
+    if examples is None:
+        eot = np.array([enc.eot_id], np.uint32)
+        ids = enc.encode([d.text for d in docs])
+        return [(np.concatenate([x, eot]) if len(x) else x, None) for x in ids]
+    wheres = [f"{source.path}:{d.pos + 1}" for d in docs]
+    return [(x, m) for x, m in examples.encode([d.example for d in docs], wheres)]
 
 
 def _check_split(manifest: dict[str, Any], state: dict[str, Any], sources: list[SourceFile]) -> str:
@@ -390,43 +393,3 @@ def _check_split(manifest: dict[str, Any], state: dict[str, Any], sources: list[
         "(a document's split is a hash of its file and position), and gpt train needs both. "
         f"Fix: {fix}. Nothing was written."
     )
-
-
-def _manifest(
-    settings: dict[str, Any],
-    sources: list[SourceFile],
-    stats: list[dict[str, int]],
-    shards: dict[str, list[dict[str, Any]]],
-    enc: Encoder,
-    dtype: np.dtype[Any],
-) -> dict[str, Any]:
-    sft = "kind" in settings
-    stats = stats + [_new_stats(sft)] * (len(sources) - len(stats))
-    fields = {} if not sft else sft_manifest(settings["kind"], shards) | {"masked_tokens": {
-        "train": sum(st["masked"] for st in stats), "val": sum(st["val_masked"] for st in stats)
-    }}  # fmt: skip
-    return {
-        "format": FORMAT,
-        "version": SFT_VERSION if sft else VERSION,
-        "dtype": dtype.name,
-        "shard_tokens": settings["shard_tokens"],
-        "tokenizer": {
-            "kind": enc.kind,
-            "vocab_size": enc.vocab_size,
-            "eot_id": enc.eot_id,
-            "sha256": enc.sha256(),
-            "file": None if enc.json is None else TOKENIZER_JSON,
-        },
-        "split": {"rule": SPLIT_RULE, "val_fraction": settings["val_fraction"]},
-        "text_field": settings["text_field"],
-        "sources": [{**src, **st} for src, st in zip(settings["sources"], stats, strict=True)],
-        "undecodable_bytes": sum(st["undecodable"] for st in stats),
-        "documents": {
-            "train": sum(st["documents"] - st["val_documents"] for st in stats),
-            "val": sum(st["val_documents"] for st in stats),
-        },
-        "tokens": {s: sum(r["tokens"] for r in shards[s]) for s in SPLITS},
-        "shards": {s: shards[s] for s in SPLITS},
-        **fields,
-        "settings": settings,
-    }

@@ -44,7 +44,9 @@ class ExampleEncoder:
         self.eot = eot
         self.eos = template.eos_token if template is not None and template.eos_token else eot
 
-    def encode(self, examples: Sequence[Any], wheres: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def encode(
+        self, examples: Sequence[Any], wheres: Sequence[str]
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """``(ids uint32, mask uint8)`` per example; ``wheres`` name them (``file:line``)."""
         rendered = [self._render(ex, w) for ex, w in zip(examples, wheres, strict=True)]
         return self._tokenize([t for t, _ in rendered], [s for _, s in rendered])
@@ -52,7 +54,9 @@ class ExampleEncoder:
     def _render(self, example: Any, where: str) -> tuple[str, list[tuple[int, int]]]:
         if self.kind == "completion":
             prompt, completion = example
-            return prompt + completion + self.eos, [(len(prompt), len(prompt) + len(completion) + len(self.eos))]
+            return prompt + completion + self.eos, [
+                (len(prompt), len(prompt) + len(completion) + len(self.eos))
+            ]
         if self.template is None:
             return self._plain(example)
         return _template_spans(self.template, example, where)
@@ -68,7 +72,9 @@ class ExampleEncoder:
                 text += m["content"] + "\n"
         return text, spans
 
-    def _tokenize(self, texts: list[str], spans: list[list[tuple[int, int]]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _tokenize(
+        self, texts: list[str], spans: list[list[tuple[int, int]]]
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         out = []
         if self.enc.tok is None:
             for text, sp in zip(texts, spans, strict=True):
@@ -117,7 +123,9 @@ def _template_spans(template: ChatTemplate, messages: list[dict[str, str]],
         before = template.render(messages[:i], where) if i else _render_empty(template, where)
         through = template.render(messages[: i + 1], where)
         marked = template.render([*messages[:i], {"role": "assistant", "content": _MARK}], where)
-        if not (full.startswith(through) and through.startswith(before) and marked.startswith(before)):
+        if not (
+            full.startswith(through) and through.startswith(before) and marked.startswith(before)
+        ):
             raise DataError(
                 f"The chat template in {template.file} renders the first {i + 1} messages of "
                 f"{where} as text that does not begin the text of the whole conversation (it "
@@ -126,8 +134,8 @@ def _template_spans(template: ChatTemplate, messages: list[dict[str, str]],
                 f"first turns begins the text of the whole conversation, or move {template.file.name} "
                 "away to use the plain template (docs/gpt_models.md)."
             )
-        head, _, tail = marked[len(before):].partition(_MARK)
-        added = through[len(before):]
+        head, _, tail = marked[len(before) :].partition(_MARK)
+        added = through[len(before) :]
         if _MARK not in marked or not (added.startswith(head) and added.endswith(tail)):
             raise DataError(
                 f"The chat template in {template.file} does not render the assistant content of "

@@ -25,7 +25,7 @@ from .manifest import SPLITS
 from .store import ShardWriter
 
 MASK, EXAMPLES = "mask", "examples"
-STREAMS = {MASK: np.dtype("u1"), EXAMPLES: np.dtype("<u4")}
+STREAMS: dict[str, np.dtype[Any]] = {MASK: np.dtype("u1"), EXAMPLES: np.dtype("<u4")}
 FIELDS = {MASK: "mask_shards", EXAMPLES: "example_shards"}
 
 
@@ -36,11 +36,10 @@ def stream(split: str, what: str) -> str:
 
 def sft_writers(out: Path, state: dict[str, Any], shard_tokens: int) -> dict[str, ShardWriter]:
     """The mask and example-length writers of both splits (an interrupted run's, cut back)."""
+    names = {stream(split, what): dtype for split in SPLITS for what, dtype in STREAMS.items()}
     return {
-        stream(split, what): ShardWriter(out, stream(split, what), dtype, shard_tokens,
-                                         state["writers"].get(stream(split, what), {}))  # fmt: skip
-        for split in SPLITS
-        for what, dtype in STREAMS.items()
+        name: ShardWriter(out, name, dtype, shard_tokens, state["writers"].get(name, {}))
+        for name, dtype in names.items()
     }
 
 
@@ -51,4 +50,3 @@ def sft_manifest(kind: str, shards: dict[str, list[dict[str, Any]]]) -> dict[str
         fields[field] = {split: shards[stream(split, what)] for split in SPLITS}
     fields["examples"] = {s: sum(r["tokens"] for r in shards[stream(s, EXAMPLES)]) for s in SPLITS}
     return fields
-

@@ -60,6 +60,9 @@ class Expect:
     where: str = ""
 
 
+PLAIN_TEXT = Expect()
+
+
 def detect_kind(sources: Sequence[SourceFile]) -> Expect:
     """The kind of the inputs: that of the first line of the first file (text and parquet files
     are plain text). A first line that is not JSON reads as text, and its reader names it."""
@@ -194,7 +197,7 @@ def check_extras(files: Sequence[SourceFile]) -> None:
 
 
 def read_documents(source: SourceFile, *, text_field: str, skip: int = 0,
-                   expect: Expect = Expect()) -> Iterator[Document]:  # fmt: skip
+                   expect: Expect = PLAIN_TEXT) -> Iterator[Document]:  # fmt: skip
     """The documents of ``source`` from position ``skip`` on, each of the kind ``expect`` says.
 
     Raises:
