@@ -148,7 +148,7 @@ WHEEL_TESTS = {
 }
 # What `floors` runs of gpt-models at its dependency floors: the files that reach a third-party
 # floor (orbax: checkpoints, the loop, the error log, auto-resume; optax: the step, Muon; tokenizers;
-# pyarrow/zstandard: prepare; safetensors: HF; wandb/tensorboardX: logging, profiles) or a JAX API
+# pyarrow/zstandard: prepare; jinja2: chat templates; safetensors: HF; wandb/tensorboardX: logging, profiles) or a JAX API
 # that moved (memory analysis, dot_product_attention), plus the public API and bad input. The rest
 # (the CLI, sampling, presets, model maths) is our own code on the same JAX: `tests` runs it on the
 # locked versions and the matrix's integration tests train and sample end to end on 0.7.2.
@@ -168,6 +168,7 @@ FLOORS_TESTS = {
         "test_bpe.py",
         "test_hf_tokenizer.py",
         "test_prepare.py",
+        "test_sft_data.py",
         "test_hf.py",
         "test_logging.py",
         "test_profiling.py",
