@@ -330,9 +330,39 @@ def test_gpt_prepare_says_what_it_wrote(tmp_path, capsys):
     assert main(["prepare", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "st"),
                  "--val-fraction", "0.2"]) == 0  # fmt: skip
     out = capsys.readouterr().out
+    assert main(["prepare", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "st"),
+                 "--val-fraction", "0.2"]) == 0  # fmt: skip
+    assert "is up to date: same inputs and settings, every shard verifies" in (
+        capsys.readouterr().out
+    )
     m = json.loads((tmp_path / "st" / "manifest.json").read_text())
     share = sum(m["masked_tokens"].values()) / sum(m["tokens"].values())
     assert (
         f"chat data, {m['examples']['train']} train / {m['examples']['val']} val examples with a "
         f"loss mask ({share:.1%} of the tokens counted: "
     ) in out
+
+
+def test_a_bpe_trained_here_ends_each_answer_with_its_end_of_text_token(tmp_path):
+    from gpt_models import BPETokenizer
+
+    r = prepare([_chat_jsonl(tmp_path / "c.jsonl")], tmp_path / "st", tokenizer="bpe",
+                bpe_vocab_size=300, val_fraction=0.0)  # fmt: skip
+    tok = BPETokenizer.load(r.out / "tokenizer.json")
+    for (ids, mask), chat in zip(_examples(r.out), CHATS, strict=True):
+        answers = [m["content"] + "<|endoftext|>" for m in chat if m["role"] == "assistant"]
+        assert tok.decode(ids[mask == 1]) == "".join(answers)
+
+
+def test_an_end_of_text_token_that_is_not_an_added_token_is_refused(tmp_path):
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    vocab = {w: i for i, w in enumerate(["<unk>", "</s>", "Q", "A", ":", " ", "<", "/", "s", ">"])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"\w+|\s|[^\w\s]"), behavior="isolated")
+    tok.save(str(tmp_path / "tokenizer.json"))
+    _write(tmp_path / "p.jsonl", COMPLETIONS)
+    with pytest.raises(DataError, match=r"end-of-text token '</s>' \(id 1\) is not one of its "
+                                        r"added tokens: its text tokenizes to \[6, 7, 8, 9\].*"
+                                        r'"added_tokens"'):  # fmt: skip
+        prepare([tmp_path / "p.jsonl"], tmp_path / "st", tokenizer=str(tmp_path / "tokenizer.json"))

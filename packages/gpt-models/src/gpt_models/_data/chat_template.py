@@ -43,11 +43,6 @@ class ChatTemplate:
         blob = json.dumps([self.source, self.variables], sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
 
-    @property
-    def eos_token(self) -> str | None:
-        eos = self.variables.get("eos_token")
-        return eos if isinstance(eos, str) else None
-
     def render(self, messages: list[dict[str, str]], where: str) -> str:
         """The text of ``messages`` (``add_generation_prompt`` false).
 

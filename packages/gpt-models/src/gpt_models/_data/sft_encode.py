@@ -17,8 +17,7 @@ Rendering, by kind:
       <|system|>\\n{content}\\n      <|user|>\\n{content}\\n      <|assistant|>\\n{content}{EOT}
 
   where EOT is the tokenizer's end-of-text token; assistant content and its EOT are counted.
-- completion: ``{prompt}{completion}{EOS}`` (EOS: the template config's ``eos_token``, else the
-  end-of-text token); the completion and EOS are counted.
+- completion: ``{prompt}{completion}{EOT}``; the completion and EOT are counted.
 """
 
 from __future__ import annotations
@@ -40,9 +39,18 @@ class ExampleEncoder:
 
     def __init__(self, kind: str, enc: Encoder, template: ChatTemplate | None) -> None:
         self.kind, self.enc, self.template = kind, enc, template
-        eot = "\0" if enc.tok is None else str(enc.tok.id_to_token(enc.eot_id))
-        self.eot = eot
-        self.eos = template.eos_token if template is not None and template.eos_token else eot
+        # the end-of-text token as text, which the tokenizer maps back to its one id (an added
+        # token is matched whole, and splits the text around it: no merge across its edges)
+        self.eot = "\0" if enc.tok is None else str(enc.tok.id_to_token(enc.eot_id))
+        if enc.tok is not None and (kind == "completion" or template is None):
+            got = enc.tok.encode(self.eot, add_special_tokens=False).ids
+            if got != [enc.eot_id]:
+                raise DataError(
+                    f"The tokenizer's end-of-text token {self.eot!r} (id {enc.eot_id}) is not one "
+                    f"of its added tokens: its text tokenizes to {got}, so the plain template "
+                    "cannot end a turn with it. Use a tokenizer.json that lists it under "
+                    '"added_tokens" (as Hugging Face tokenizers do), or one with a chat template.'
+                )
 
     def encode(
         self, examples: Sequence[Any], wheres: Sequence[str]
@@ -54,9 +62,8 @@ class ExampleEncoder:
     def _render(self, example: Any, where: str) -> tuple[str, list[tuple[int, int]]]:
         if self.kind == "completion":
             prompt, completion = example
-            return prompt + completion + self.eos, [
-                (len(prompt), len(prompt) + len(completion) + len(self.eos))
-            ]
+            end = len(prompt) + len(completion) + len(self.eot)
+            return prompt + completion + self.eot, [(len(prompt), end)]
         if self.template is None:
             return self._plain(example)
         return _template_spans(self.template, example, where)
