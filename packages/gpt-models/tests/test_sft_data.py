@@ -366,3 +366,39 @@ def test_an_end_of_text_token_that_is_not_an_added_token_is_refused(tmp_path):
                                         r"added tokens: its text tokenizes to \[6, 7, 8, 9\].*"
                                         r'"added_tokens"'):  # fmt: skip
         prepare([tmp_path / "p.jsonl"], tmp_path / "st", tokenizer=str(tmp_path / "tokenizer.json"))
+
+
+@pytest.mark.parametrize(
+    ("template", "needle"),
+    [
+        ("{% for m in messages %}{% if loop.last %}[last]{% endif %}{{ m.role }}: {{ m.content }}\n"
+         "{% endfor %}",
+         r"renders the first 2 messages of .*c.jsonl:1 as text that does not begin the text of the "
+         r"whole conversation .*move tokenizer_config.json away to use the plain template"),
+        ("{% for m in messages %}{{ m.role }}: {{ m.content | upper }}\n{% endfor %}",
+         r"does not render the assistant content of messages\[1\] of .*c.jsonl:1 as given"),
+        ({"name": "tools", "template": "x"}, r"chat_template is dict, expected the template's text"),
+    ],
+)  # fmt: skip
+def test_a_template_that_hides_the_answers_is_refused(tmp_path, chat_tokenizer, template, needle):
+    tok = chat_tokenizer(template)
+    _chat_jsonl(tmp_path / "c.jsonl", [CHATS[0][1:]])
+    with pytest.raises(DataError, match=needle):
+        prepare([tmp_path / "c.jsonl"], tmp_path / "st", tokenizer=str(tok), val_fraction=0.0)
+    assert not (tmp_path / "st").exists()
+
+
+def test_a_damaged_tokenizer_config_is_named(tmp_path, chat_tokenizer):
+    tok = chat_tokenizer(None)
+    (tok.parent / "tokenizer_config.json").write_text("{not json", encoding="utf-8")
+    _chat_jsonl(tmp_path / "c.jsonl", CHATS[:3])
+    with pytest.raises(DataError, match=r"tokenizer_config.json \(beside --tokenizer .*\) is not "
+                                        r"valid JSON .*move it away to use the plain template"):  # fmt: skip
+        prepare([tmp_path / "c.jsonl"], tmp_path / "st", tokenizer=str(tok), val_fraction=0.0)
+    (tok.parent / "tokenizer_config.json").write_text("[]", encoding="utf-8")
+    with pytest.raises(DataError, match=r"tokenizer_config.json \(beside .*\) holds list, expected "
+                                        r"a JSON object"):  # fmt: skip
+        prepare([tmp_path / "c.jsonl"], tmp_path / "st", tokenizer=str(tok), val_fraction=0.0)
+    (tok.parent / "tokenizer_config.json").write_text("{}", encoding="utf-8")  # no template
+    r = prepare([tmp_path / "c.jsonl"], tmp_path / "st", tokenizer=str(tok), val_fraction=0.0)
+    assert r.manifest["settings"]["chat_template"] is None  # the plain template

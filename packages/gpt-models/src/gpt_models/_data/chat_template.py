@@ -83,7 +83,11 @@ def find_chat_template(tokenizer_json: Path) -> ChatTemplate | None:
                 "Restore it from the model's folder, or move it away to use the plain template."
             ) from err
         if not isinstance(config, dict):
-            raise DataError(f"{config_path} holds {type(config).__name__}, expected a JSON object.")
+            raise DataError(
+                f"{config_path} (beside --tokenizer {tokenizer_json}) holds "
+                f"{type(config).__name__}, expected a JSON object (a tokenizer config). Restore "
+                "it from the model's folder, or move it away to use the plain template."
+            )
     source, file = config.get("chat_template"), config_path
     if (folder / JINJA_FILE).is_file():
         source, file = (folder / JINJA_FILE).read_text(encoding="utf-8"), folder / JINJA_FILE
