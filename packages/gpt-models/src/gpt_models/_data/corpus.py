@@ -16,17 +16,16 @@ from .._config.schema import DataConfig, tokenizer_kind
 from .._errors import DataError
 from .bpe import BPETokenizer
 from .byte_tokenizer import ByteTokenizer
-from .mixture import MixedTokens, check_shared_tokenizer, describe, missing_source, part_configs
-from .packing import PackedExamples, packed_eval_batches, packed_train_batch
-from .sft_store import EXAMPLES, MASK
-from .store import (
-    ShardedTokens,
-    Store,
-    check_tokenizer_json,
-    is_store,
-    open_store,
-    store_tokenizer_file,
+from .mixture import (
+    MixedTokens,
+    check_shared_tokenizer,
+    describe,
+    example_store_in_mixture,
+    missing_source,
+    part_configs,
 )
+from .packing import PackedExamples, packed_eval_batches, packed_split, packed_train_batch
+from .store import ShardedTokens, check_tokenizer_json, is_store, open_store, store_tokenizer_file
 from .token_files import BinMeta, read_bin_meta, same_meta
 
 Tokenizer = ByteTokenizer | BPETokenizer
@@ -173,32 +172,13 @@ def _store_dataset(
             f"{vocab_size}. Set --set model.vocab_size={_round_up(vocab, 64)}."
         )
     if store.manifest.get("loss_mask"):
-        train, val = (_packed(store, s, seq_len) for s in ("train", "val"))
+        train, val = (packed_split(store, s, seq_len) for s in ("train", "val"))
         return Dataset(train, val, str(folder), tok, _bytes_per_token(tok, store.val))
     ds = Dataset(store.train, store.val, str(folder), tok, _bytes_per_token(tok, store.val))
     # The split was made by gpt prepare: data.val_fraction does not apply to a store.
     made = store.manifest.get("settings", {}).get("val_fraction")
     _check_length(ds, seq_len, f"split by gpt prepare --val-fraction {made}")
     return ds
-
-
-def _packed(store: Store, split: str, seq_len: int) -> PackedExamples:
-    """A split of a store with a loss mask, its examples packed into rows of ``seq_len + 1``."""
-    m, folder = store.manifest, store.folder
-    paths = {what: [folder / r["file"] for r in m[field][split]]
-             for what, field in ((MASK, "mask_shards"), (EXAMPLES, "example_shards"))}  # fmt: skip
-    lengths = np.asarray(ShardedTokens(paths[EXAMPLES], np.dtype("<u4"))[:], np.int64)
-    if not len(lengths):
-        made = m.get("settings", {}).get("val_fraction")
-        raise DataError(
-            f"The {split} split of the token store {folder} holds no examples (split by gpt "
-            f"prepare --val-fraction {made}), and training needs both splits. Prepare the store "
-            "again with a --val-fraction that puts examples in both (gpt prepare names one)."
-        )
-    tokens = store.train if split == "train" else store.val
-    mask = ShardedTokens(paths[MASK], np.dtype("u1"))
-    return PackedExamples(tokens, mask, lengths, seq_len, split=split, source=str(folder),
-                          shuffle=split == "train")  # fmt: skip
 
 
 def _mixture_dataset(
@@ -211,12 +191,7 @@ def _mixture_dataset(
             raise missing_source(i, src)
         parts.append(load_dataset(part, seq_len=seq_len, vocab_size=vocab_size, tokenizer=tok))
         if parts[-1].loss_mask:
-            raise DataError(
-                f"data.sources[{i}] ({src.label!r}, {src.path}) is a store of chat or completion "
-                "examples with a loss mask, and a mixture reads windows of plain token ids: "
-                "mixing example stores is not supported. Train on it alone (--set "
-                f"data.path={src.path}), or prepare the sources' JSONL files into one store."
-            )
+            raise example_store_in_mixture(i, src)
         tok = parts[0].tokenizer  # the first source's (a store's own), the others must agree
     names = [s.label for s in cfg.sources]
     weights = [s.weight for s in cfg.sources]

@@ -103,6 +103,16 @@ def missing_source(i: int, src: DataSource) -> DataError:
     )
 
 
+def example_store_in_mixture(i: int, src: DataSource) -> DataError:
+    """The error for source ``i`` of ``data.sources``, a store with a loss mask."""
+    return DataError(
+        f"data.sources[{i}] ({src.label!r}, {src.path}) is a store of chat or completion examples "
+        "with a loss mask, and a mixture reads windows of plain token ids: mixing example stores "
+        f"is not supported. Train on it alone (--set data.path={src.path}), or prepare the "
+        "sources' JSONL files into one store."
+    )
+
+
 def part_configs(cfg: DataConfig) -> tuple[DataConfig, ...]:
     """One ``DataConfig`` per source of ``cfg.sources``: its path and kind, the rest ``cfg``'s."""
     return tuple(

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from .._errors import DataError
-from .store import ShardedTokens
+from .sft_store import EXAMPLES, MASK
+from .store import ShardedTokens, Store
 
 _PACK_STREAM = 2  # the third entropy word of the packing order ([seed, s]: windows; 1: mixtures)
 
@@ -96,6 +97,25 @@ class PackedExamples:
         order, ptr = self.rows(seed)
         rows = len(ptr) - 1
         return 1.0 - float(self.lengths[order].sum()) / max(rows * (self.seq_len + 1), 1)
+
+
+def packed_split(store: Store, split: str, seq_len: int) -> PackedExamples:
+    """A split of a store with a loss mask, its examples packed into rows of ``seq_len + 1``."""
+    m, folder = store.manifest, store.folder
+    paths = {what: [folder / r["file"] for r in m[field][split]]
+             for what, field in ((MASK, "mask_shards"), (EXAMPLES, "example_shards"))}  # fmt: skip
+    lengths = np.asarray(ShardedTokens(paths[EXAMPLES], np.dtype("<u4"))[:], np.int64)
+    if not len(lengths):
+        made = m.get("settings", {}).get("val_fraction")
+        raise DataError(
+            f"The {split} split of the token store {folder} holds no examples (split by gpt "
+            f"prepare --val-fraction {made}), and training needs both splits. Prepare the store "
+            "again with a --val-fraction that puts examples in both (gpt prepare names one)."
+        )
+    tokens = store.train if split == "train" else store.val
+    mask = ShardedTokens(paths[MASK], np.dtype("u1"))
+    return PackedExamples(tokens, mask, lengths, seq_len, split=split, source=str(folder),
+                          shuffle=split == "train")  # fmt: skip
 
 
 def _next_fit(lengths: np.ndarray, width: int) -> np.ndarray:
