@@ -38,6 +38,7 @@ EXPECTED = {
     "max_pool",
     "min_pool",
     "rope",
+    "segment_positions",
     "summary",
 }
 

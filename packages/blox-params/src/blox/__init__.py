@@ -7,6 +7,7 @@ objects whose calls thread ``Params`` through explicitly.
 
 from ._attention import MultiHeadAttention as MultiHeadAttention
 from ._attention import rope as rope
+from ._attention import segment_positions as segment_positions
 from ._conv import Conv as Conv
 from ._conv import ConvTranspose as ConvTranspose
 from ._display import display as display

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from ._model.gpt import forward as forward
     from ._model.gpt import gpt as gpt
     from ._model.gpt import init_params as init_params
-    from ._model.gpt import loss_fn as loss_fn
+    from ._model.loss import loss_fn as loss_fn
     from ._model.gpt import param_count as param_count
     from ._model.gpt import param_specs as param_specs
     from ._runs.checkpoint import Checkpointer as Checkpointer

@@ -14,3 +14,4 @@ re-exports the public names).
 
 from ._layer import MultiHeadAttention as MultiHeadAttention
 from ._rope import rope as rope
+from ._rope import segment_positions as segment_positions

@@ -71,6 +71,13 @@ def segment_positions(segment_ids: jax.Array) -> jax.Array:
     For segments laid out one after another, ``[7, 7, 7, 2, 2]`` gives ``[0, 1, 2, 0, 1]``;
     counting (rather than subtracting where the segment starts) also holds for a segment that
     comes back later in the row, and matches what the segment mask lets each token see.
+    A model with learned position embeddings looks its packed rows' positions up with it.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import blox as bx
+        >>> bx.segment_positions(jnp.array([[1, 1, 1, 2, 2, 0]])).tolist()
+        [[0, 1, 2, 0, 1, 0]]
     """
     T = segment_ids.shape[-1]
     same = segment_ids[..., :, None] == segment_ids[..., None, :]  # (..., T, T)

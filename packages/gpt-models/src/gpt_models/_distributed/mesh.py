@@ -6,7 +6,6 @@ import math
 from typing import Any
 
 import jax
-import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 import paramspec as ps
@@ -77,10 +76,12 @@ def batch_sharding(mesh: Mesh, axes: tuple[str | None, ...] = BATCH_AXES) -> Nam
     return ps.logical_to_sharding(axes, mesh, RULES)
 
 
-def place_batch(
-    local: np.ndarray, mesh: Mesh, axes: tuple[str | None, ...] = BATCH_AXES
-) -> jax.Array:
-    """This process's rows of a batch as one global array on ``mesh`` (``paramspec.make_global_batch``)."""
+def place_batch(local: Any, mesh: Mesh, axes: tuple[str | None, ...] = BATCH_AXES) -> Any:
+    """This process's rows of a batch as one global array on ``mesh`` (``paramspec.make_global_batch``).
+
+    ``local`` is a numpy array of token ids or a dict of them (a packed batch: ``tokens``,
+    ``mask``, ``segments``), each leaf laid out by ``axes``.
+    """
     return ps.make_global_batch(local, axes, mesh, RULES)  # type: ignore[no-any-return]
 
 

@@ -57,7 +57,8 @@ def _axes(*names: str | None) -> dict[str, Any]:
     return {"logical_axes": names}
 
 
-def _no_constraint(x: Array, logical_axes: tuple) -> Array:
+def no_constraint(x: Array, logical_axes: tuple) -> Array:
+    """The default ``constrain``: activations stay where XLA puts them (no mesh given)."""
     return x
 
 
@@ -88,10 +89,12 @@ class _Common:
 class Block(bx.Module):
     """Pre-norm transformer block: ``x + drop(attn(norm(x)))``, then ``x + drop(mlp(norm(x)))``.
 
-    ``y, params = block(params, x, decode=False, is_training=False, constrain=...)``;
-    ``constrain(x, logical_axes)`` places the residual stream it returns (the trainer passes
-    ``paramspec.constrain``). With ``model.dropout`` and ``is_training=True`` the attention
-    probabilities and both branch outputs are dropped, each with its own key from ``rng``.
+    ``y, params = block(params, x, segment_ids=None, decode=False, is_training=False,
+    constrain=...)``; ``constrain(x, logical_axes)`` places the residual stream it returns (the
+    trainer passes ``paramspec.constrain``). ``segment_ids`` ``(B, T)`` label the examples of
+    packed rows: attention stays within each (blox's ``MultiHeadAttention``). With
+    ``model.dropout`` and ``is_training=True`` the attention probabilities and both branch outputs
+    are dropped, each with its own key from ``rng``; ``is_training`` reaches the MLP too.
     """
 
     def __init__(self, graph: bx.Graph, cfg: ModelConfig, rng: bx.Rng) -> None:
@@ -148,16 +151,19 @@ class Block(bx.Module):
         params: bx.Params,
         x: Array,
         *,
+        segment_ids: Array | None = None,
         decode: bool = False,
         is_training: bool = False,
-        constrain: Any = _no_constraint,
+        constrain: Any = no_constraint,
     ) -> tuple[Array, bx.Params]:
         h, params = self.attn_norm(params, x)
-        h, params = self.attn(params, h, causal=True, decode=decode, is_training=is_training)
+        h, params = self.attn(
+            params, h, causal=True, decode=decode, segment_ids=segment_ids, is_training=is_training
+        )
         h, params = self.drop(params, h, is_training=is_training)
         x = x + h
         h, params = self.mlp_norm(params, x)
-        h, params = self.mlp(params, h)
+        h, params = self.mlp(params, h, is_training=is_training)
         h, params = self.drop(params, h, is_training=is_training)
         return constrain(x + h, RESIDUAL), params
 
@@ -165,8 +171,11 @@ class Block(bx.Module):
 class GPT(bx.Module):
     """The whole model: token (and position) embeddings, repeated blocks, final norm, unembedding.
 
-    ``logits, params = model(params, tokens, positions=None, decode=False, is_training=False,
-    constrain=...)``: logits ``(B, T, vocab)`` in float32. ``decode=True`` reads and advances the
+    ``logits, params = model(params, tokens, positions=None, segment_ids=None, decode=False,
+    is_training=False, constrain=...)``: logits ``(B, T, vocab)`` in float32. ``segment_ids``
+    ``(B, T)`` (1, 2, ... per example, 0 for padding) make a packed row score each of its examples
+    as it would be scored alone: attention stays within an example and positions (RoPE or
+    learned) restart at each one. ``decode=True`` reads and advances the
     KV cache that :meth:`init_cache` adds to ``params``. ``is_training=True`` applies
     ``model.dropout`` (to the embedding output, the attention probabilities and each residual
     branch), drawing its keys from ``model.rng``, which ``params`` must then hold
@@ -243,22 +252,28 @@ class GPT(bx.Module):
         tokens: Array,
         *,
         positions: Array | None = None,
+        segment_ids: Array | None = None,
         decode: bool = False,
         is_training: bool = False,
-        constrain: Any = _no_constraint,
+        constrain: Any = no_constraint,
     ) -> tuple[Array, bx.Params]:
         cfg = self.cfg
-        if positions is None:
-            positions = jnp.arange(tokens.shape[-1])
         x, params = self._embed(params, tokens, constrain)
         if self.pos_embed is not None:
+            if positions is None:  # RoPE's positions are the attention's own, from segment_ids
+                positions = (
+                    jnp.arange(tokens.shape[-1])
+                    if segment_ids is None
+                    else bx.segment_positions(segment_ids)
+                )
             pos, params = self.pos_embed(params, positions)
             x = x + pos
         # Dropped after the placement: the mask is drawn where the stream's shards live.
         x, params = self.embed_drop(params, constrain(x, RESIDUAL), is_training=is_training)
         x, params = self.blocks(
-            params, x, decode=decode, is_training=is_training, constrain=constrain
-        )
+            params, x, segment_ids=segment_ids, decode=decode, is_training=is_training,
+            constrain=constrain,
+        )  # fmt: skip
         x, params = self.final_norm(params, x)
         if self.unembed is None:
             logits, params = self.embed.attend(params, x)
@@ -354,57 +369,6 @@ def forward(params: bx.Params, tokens: Array, config: Any) -> Array:
         (2, 5, 256)
     """
     return gpt(config)(params, tokens)[0]
-
-
-def loss_fn(
-    params: bx.Params,
-    batch: Array,
-    config: Any,
-    constrain: Any = _no_constraint,
-    *,
-    dropout_key: Array | None = None,
-) -> Array:
-    """Mean next-token cross-entropy (nats per token) of ``batch: (B, T + 1)``.
-
-    ``constrain(x, logical_axes)`` places activations (the trainer passes ``paramspec.constrain``
-    with its mesh and rules). ``dropout_key`` (a ``jax.random.key``) makes it a training loss:
-    with ``model.dropout > 0`` the model's Rng is seeded with it and the forward pass drops; the
-    same key gives the same masks. Without it (evaluation) nothing is dropped.
-
-    Example:
-        >>> import jax, dataclasses, math
-        >>> from gpt_models import PRESETS, init_params, loss_fn
-        >>> cfg = dataclasses.replace(PRESETS["tiny"].model, n_layers=1)
-        >>> batch = jax.random.randint(jax.random.key(1), (2, 9), 0, 256)
-        >>> loss = loss_fn(init_params(cfg, jax.random.key(0)), batch, cfg)
-        >>> abs(float(loss) - math.log(256)) < 0.3  # the untrained model is near uniform
-        True
-    """
-    return token_losses(params, batch, config, constrain, dropout_key=dropout_key).mean()
-
-
-def token_losses(
-    params: bx.Params,
-    batch: Array,
-    config: Any,
-    constrain: Any = _no_constraint,
-    *,
-    dropout_key: Array | None = None,
-) -> Array:
-    """Next-token cross-entropy (nats) of each position of ``batch: (B, T + 1)``: ``(B, T)``.
-
-    :func:`loss_fn` is its mean; the train step of a data mixture also takes each row's mean, the
-    loss of the source the row came from.
-    """
-    inputs, targets = batch[:, :-1], batch[:, 1:]
-    model = gpt(config)
-    training = dropout_key is not None and model.cfg.dropout > 0
-    if training:  # the Rng state lives only inside this call: not trained, saved or sharded
-        params = params.merge(model.rng.seed(bx.Params(), seed=dropout_key))
-    logits = model(params, inputs, is_training=training, constrain=constrain)[0]
-    logz = jax.nn.logsumexp(logits, axis=-1)
-    picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    return logz - picked
 
 
 def param_count(config: Any) -> int:

@@ -19,6 +19,7 @@ from .._data.run_tokenizer import decode_lenient, run_tokenizer
 from .._distributed.mesh import place_batch, single_device_mesh
 from .._distributed.processes import host_value
 from .._model.generate import generate
+from .._model.loss import is_packed, loss_weights
 from .._runs.folders import load_run
 from .step import compile_eval_step
 
@@ -31,6 +32,11 @@ class Evaluator:
     A mixture (``data.sources``) is evaluated on each source's own validation split (the same
     windows per source); the call returns the weighted mean ``sum_k w_k * loss_k`` (each in the
     unit; the weights normalised) and ``by_source`` keeps each source's loss.
+
+    Packed batches (a store of chat or prompt/completion examples): the call returns the masked
+    loss (the answers only) and ``all_tokens`` keeps the loss of every token of the examples
+    (prompts too); each is its totals' ratio over all the batches, per byte of the tokens it
+    counts.
     """
 
     def __init__(self, cfg: Config, mesh: Mesh, params: Any, dataset: Dataset,
@@ -53,27 +59,64 @@ class Evaluator:
         self.weights = mixed.weights if mixed is not None else np.zeros(0)
         # Unknown bytes (a .bin without a sidecar, in any source): the losses stay per token.
         known = dataset.bytes_per_token is not None
-        self.bytes_per_token = [(p.bytes_per_token or 1.0) if known else 1.0 for p in parts]
+        # Per part: the bytes per token of the loss, and of packed batches' all-tokens loss.
+        self.bytes_per_token = [
+            (1.0, 1.0) if not known
+            else _counted_bytes(dataset.tokenizer, b) if is_packed(b)
+            else (p.bytes_per_token or 1.0,) * 2
+            for p, b in zip(parts, self.batches, strict=True)
+        ]  # fmt: skip
         self.unit = "nats/byte" if known else "nats/token"
         self.source = dataset.source
-        self.windows = (len(self.batches[0]), self.rows, cfg.model.seq_len)
+        self.windows = (len(jax.tree.leaves(self.batches[0])[0]), self.rows, cfg.model.seq_len)
         self.by_source: dict[str, float] = {}
+        self.all_tokens: float | None = None  # packed batches: the loss of every example token
 
     def __call__(self, params: Any) -> float:
-        losses = []
+        losses, every = [], []
         for batches, bpt in zip(self.batches, self.bytes_per_token, strict=True):
-            values = [self.fn(params, place_batch(b, self.mesh)) for b in batches]
-            losses.append(float(np.mean([host_value(x) for x in values])) / bpt)
+            n = len(jax.tree.leaves(batches)[0])
+            values = [self.fn(params, place_batch(jax.tree.map(lambda a, i=i: a[i], batches),
+                                                  self.mesh)) for i in range(n)]  # fmt: skip
+            values = [host_value(x) for x in values]
+            if not is_packed(batches):
+                losses.append(float(np.mean(values)) / bpt[0])
+                continue
+            total = {k: float(sum(np.asarray(v[k]) for v in values)) for k in values[0]}
+            losses.append(total["answers"] / max(total["answer_tokens"], 1.0) / bpt[0])
+            every.append(total["all_tokens"] / max(total["example_tokens"], 1.0) / bpt[1])
         if not self.names:
+            self.all_tokens = every[0] if every else None
             return losses[0]
         self.by_source = dict(zip(self.names, losses, strict=True))
         return float(np.dot(self.weights, losses))
 
     def metrics(self, loss: float) -> dict[str, np.ndarray]:
-        """``val_loss`` (``loss``, this call's result) and a mixture's ``val_loss/<source>``."""
+        """``val_loss`` (``loss``, this call's result), a mixture's ``val_loss/<source>`` and
+        packed batches' ``val_loss/all_tokens``."""
         out = {"val_loss": np.array([loss], np.float32)}
+        if self.all_tokens is not None:
+            out["val_loss/all_tokens"] = np.array([self.all_tokens], np.float32)
         out |= {f"val_loss/{k}": np.array([v], np.float32) for k, v in self.by_source.items()}
         return out
+
+
+def _counted_bytes(tok: Tokenizer, batches: dict[str, np.ndarray]) -> tuple[float, float]:
+    """Bytes per counted target of packed eval batches: of the answers, of every example token.
+
+    Per the tokens each loss counts, not the split's average: answers and prompts can differ.
+    """
+    flat = {k: np.asarray(v).reshape(-1, v.shape[-1]) for k, v in batches.items()}
+    targets = flat["tokens"][:, 1:]
+    if isinstance(tok, ByteTokenizer):
+        lengths = np.ones(targets.shape)
+    else:
+        lengths = tok.byte_lengths[np.minimum(targets, tok.vocab_size - 1)]
+    out = []
+    for w in (np.asarray(x, np.float64) for x in loss_weights(flat)):
+        counted = w.sum()
+        out.append(float((lengths * w).sum() / counted) if counted else 1.0)
+    return out[0], out[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +124,8 @@ class ValLoss:
     """A run's validation loss: the value, its unit, the data and windows it was measured on.
 
     For a mixture, ``loss`` is the weighted mean and ``by_source`` holds ``(name, weight, loss)``
-    of each source.
+    of each source. For a run on chat or prompt/completion examples ``loss`` counts the answers
+    only (the loss mask) and ``all_tokens`` every token of the examples; else it is None.
     """
 
     loss: float
@@ -90,17 +134,24 @@ class ValLoss:
     source: str
     windows: tuple[int, int, int]  # batches, rows per batch, tokens per row
     by_source: tuple[tuple[str, float, float], ...] = ()
+    all_tokens: float | None = None
 
     def describe(self) -> str:
         """``val_loss 2.535940 nats/byte`` with the data, windows and step it measured."""
         batches, rows, seq = self.windows
         per = " per source" if self.by_source else ""
         mean = ", the weighted mean of its sources" if self.by_source else ""
+        masked = "" if self.all_tokens is None else " of the answers (the loss mask)"
         lines = [
-            f"val_loss {self.loss:.6f} {self.unit}{mean} on the validation split of {self.source} "
-            f"({batches} batch(es) of {rows} x {seq} tokens{per}, train.eval_batches), step "
-            f"{self.step}"
+            f"val_loss {self.loss:.6f} {self.unit}{masked}{mean} on the validation split of "
+            f"{self.source} ({batches} batch(es) of {rows} x {seq} tokens{per}, "
+            f"train.eval_batches), step {self.step}"
         ]
+        if self.all_tokens is not None:
+            lines.append(
+                f"val_loss/all_tokens {self.all_tokens:.6f} {self.unit} of every token of the "
+                "examples (prompts too)"
+            )
         lines += [
             f"val_loss/{name} {loss:.6f} {self.unit} (weight {weight:.3g})"
             for name, weight, loss in self.by_source
@@ -125,7 +176,9 @@ def evaluate_run(run_dir: str | Path, config: Config | None = None, *, step: Any
         (n, float(w), evaluator.by_source[n])
         for n, w in zip(evaluator.names, evaluator.weights, strict=True)
     )
-    return ValLoss(loss, evaluator.unit, at, dataset.source, evaluator.windows, parts)
+    return ValLoss(
+        loss, evaluator.unit, at, dataset.source, evaluator.windows, parts, evaluator.all_tokens
+    )
 
 
 def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_tokens: int | None = None,

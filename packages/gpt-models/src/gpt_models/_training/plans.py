@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 import jax
@@ -29,7 +30,8 @@ import optax
 from jax.sharding import Mesh
 
 from .._config.schema import Config, MeshConfig
-from .._distributed.mesh import MICRO_BATCH_AXES, batch_sharding, make_mesh
+from .._data.store import is_store, read_manifest
+from .._distributed.mesh import BATCH_AXES, MICRO_BATCH_AXES, batch_sharding, make_mesh
 from .._model.generate import compile_generate
 from .._model.gpt import abstract_params, flops_per_token
 from .preflight import (
@@ -69,11 +71,28 @@ def _compiled(stream: TextIO | None, what: str, compile: Callable[[], Any]) -> t
 # --- gpt train ------------------------------------------------------------------------------------
 
 
-def abstract_batch(cfg: Config, mesh: Mesh) -> jax.ShapeDtypeStruct:
-    """The train step's batch ``(grad_accum, micro_batch, seq_len + 1)`` without its values."""
+def packed_data(cfg: Config) -> bool:
+    """Whether the run's batches are packed examples: ``data.path`` is a store whose manifest
+    says ``"loss_mask": true`` (``gpt prepare`` of chat or prompt/completion JSONL)."""
+    path = Path(cfg.data.path) if cfg.data.path and not cfg.data.sources else None
+    return path is not None and is_store(path) and bool(read_manifest(path).get("loss_mask"))
+
+
+def abstract_batch(cfg: Config, mesh: Mesh, shape: tuple[int, ...] | None = None,
+                   axes: tuple[str | None, ...] = MICRO_BATCH_AXES) -> Any:  # fmt: skip
+    """The train step's batch ``(grad_accum, micro_batch, seq_len + 1)`` without its values.
+
+    ``shape`` and ``axes`` another batch's (the eval step's ``(rows, seq_len + 1)``). For packed
+    data (:func:`packed_data`) a dict of ``tokens``, ``mask`` and ``segments`` of that shape.
+    """
     t = cfg.train
-    shape = (t.grad_accum, t.batch_size // t.grad_accum, cfg.model.seq_len + 1)
-    return jax.ShapeDtypeStruct(shape, jnp.int32, sharding=batch_sharding(mesh, MICRO_BATCH_AXES))
+    if shape is None:
+        shape = (t.grad_accum, t.batch_size // t.grad_accum, cfg.model.seq_len + 1)
+    sharding = batch_sharding(mesh, axes)
+    if not packed_data(cfg):
+        return jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharding)
+    dtypes = {"tokens": jnp.int32, "mask": jnp.uint8, "segments": jnp.int32}
+    return {k: jax.ShapeDtypeStruct(shape, d, sharding=sharding) for k, d in dtypes.items()}
 
 
 def plan_step(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh,
@@ -266,9 +285,7 @@ def plan_eval(cfg: Config, run: str, stream: TextIO | None = None) -> Plan:
     rows = cfg.train.batch_size // cfg.train.grad_accum
 
     def first() -> Any:
-        batch = jax.ShapeDtypeStruct(
-            (rows, cfg.model.seq_len + 1), jnp.int32, sharding=batch_sharding(mesh)
-        )
+        batch = abstract_batch(cfg, mesh, (rows, cfg.model.seq_len + 1), BATCH_AXES)
         return compile_eval_step(cfg, mesh, params).lower(params, batch).compile()
 
     program = f"eval step ({rows} windows of {cfg.model.seq_len} tokens, the run's micro-batch)"

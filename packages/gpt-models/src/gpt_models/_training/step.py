@@ -21,7 +21,8 @@ from core_primitives import compat, keypath_to_path, pytree_dataclass
 
 from .._config.schema import Config, TrainConfig
 from .._distributed.mesh import MICRO_BATCH_AXES, RULES, activation_constraint, batch_sharding
-from .._model.gpt import abstract_params, init_params, loss_fn, token_losses
+from .._model.gpt import abstract_params, init_params
+from .._model.loss import is_packed, loss_fn, loss_weights, next_token_losses, token_losses
 from .muon import make_muon
 
 
@@ -249,9 +250,43 @@ def _loss_and_rows(params: Any, batch: jax.Array, *, config: Any, constrain: Any
     return losses.mean(), losses.mean(axis=-1) if rows else None
 
 
+def packed_sums(params: Any, batch: Any, *, config: Any, constrain: Any,
+                dropout_key: jax.Array | None = None) -> tuple[dict[str, jax.Array], jax.Array]:  # fmt: skip
+    """The sums a packed batch's losses are made of, and each row's masked loss ``(B,)``.
+
+    ``answers`` is ``sum(loss * mask)`` and ``answer_tokens`` ``sum(mask)``; ``all_tokens`` and
+    ``example_tokens`` the same over every target inside an example (``loss_weights``). Sums, not
+    means: a loss over several micro-batches (or eval batches) is their totals' ratio.
+    """
+    losses = next_token_losses(params, batch, config, constrain, dropout_key=dropout_key)
+    answers, examples = loss_weights(batch)
+    sums = {
+        "answers": jnp.sum(losses * answers),
+        "answer_tokens": jnp.sum(answers),
+        "all_tokens": jnp.sum(losses * examples),
+        "example_tokens": jnp.sum(examples),
+    }
+    rows = jnp.sum(losses * answers, axis=-1) / jnp.maximum(jnp.sum(answers, axis=-1), 1.0)
+    return sums, rows
+
+
+def _packed_objective(params: Any, batch: Any, *, config: Any, constrain: Any, rows: bool,
+                      total: jax.Array, dropout_key: jax.Array | None = None) -> tuple[jax.Array, Any]:  # fmt: skip
+    """This micro-batch's share of the global batch's masked loss (its sum over the global
+    ``total`` weight: the shares' gradients add up to the whole loss's), with its sums."""
+    sums, row_loss = packed_sums(
+        params, batch, config=config, constrain=constrain, dropout_key=dropout_key
+    )
+    return sums["answers"] / total, (sums, row_loss if rows else None)
+
+
+def _ratio(num: jax.Array, den: jax.Array) -> jax.Array:
+    return num / jnp.maximum(den, 1.0)  # nothing to count (no answer token): 0, not NaN
+
+
 def train_step(
     state: TrainState,
-    batch: jax.Array,
+    batch: Any,
     *,
     cfg: Config,
     optimizer: optax.GradientTransformation,
@@ -259,39 +294,57 @@ def train_step(
 ) -> TrainState:
     """One optimizer step on ``batch: (grad_accum, micro_batch, seq_len + 1)``.
 
-    Gradients are averaged over the micro-batches by a ``lax.scan`` (memory of one micro-batch).
+    ``batch`` is token ids, or a packed batch (a dict of such arrays: ``tokens``, ``mask``,
+    ``segments``; the dataset of a chat or prompt/completion store): its loss is
+    ``sum(loss * mask) / sum(mask)`` over the whole global batch, every micro-batch together.
+    Gradients are summed over the micro-batches by a ``lax.scan`` (memory of one micro-batch).
     With ``model.dropout > 0`` each micro-batch's loss drops with :func:`dropout_key`; at 0 the
     step draws no key (the computation is the one without dropout).
     Logs (through ``lox.log``): ``micro_loss`` per micro-batch; ``loss``, ``grad_norm`` and ``lr``
-    once per step, with ``step=`` metadata; for a mixture (``data.sources``) also ``row_loss``,
-    each row's mean loss in the global batch's order, which the loop turns into ``loss/<source>``.
+    once per step, with ``step=`` metadata; for a packed batch ``loss`` is the masked loss and
+    ``loss/all_tokens`` the loss of every token of the examples (prompts too); for a mixture
+    (``data.sources``) also ``row_loss``, each row's mean loss in the global batch's order,
+    which the loop turns into ``loss/<source>``.
     """
     rows_too = bool(cfg.data.sources)  # a mixture's per-source losses need each row's loss
-    grad_fn = jax.value_and_grad(
-        functools.partial(_loss_and_rows, config=cfg.model, constrain=constrain, rows=rows_too),
-        has_aux=True,
-    )
+    packed = is_packed(batch)
+    options = {"config": cfg.model, "constrain": constrain, "rows": rows_too}
+    if packed:  # the global batch's weight: known before any forward pass (it is data)
+        flat = jax.tree.map(lambda a: a.reshape(-1, a.shape[-1]), batch)
+        options["total"] = jnp.maximum(jnp.sum(loss_weights(flat)[0]), 1.0)
+    objective = _packed_objective if packed else _loss_and_rows
+    grad_fn = jax.value_and_grad(functools.partial(objective, **options), has_aux=True)
     dropping = cfg.model.dropout > 0
 
-    def micro(acc: Any, mb_and_index: tuple[jax.Array, Any]) -> tuple[Any, Any]:
+    def micro(acc: Any, mb_and_index: tuple[Any, Any]) -> tuple[Any, Any]:
         mb, index = mb_and_index
         key = dropout_key(state.rng, state.step, index) if dropping else None
-        (loss, rows), grads = grad_fn(state.params, mb, dropout_key=key)
+        (loss, aux), grads = grad_fn(state.params, mb, dropout_key=key)
+        if packed:
+            sums, _ = aux
+            loss = _ratio(sums["answers"], sums["answer_tokens"])
         lox.log({"micro_loss": loss})
-        return jax.tree.map(jnp.add, acc, grads), (loss, rows)
+        return jax.tree.map(jnp.add, acc, grads), (loss, aux)
 
-    n = batch.shape[0]
+    n = jax.tree.leaves(batch)[0].shape[0]
     zeros = jax.tree.map(jnp.zeros_like, state.params)
     if n == 1:  # no scan for the common case: one less loop for XLA to see through
-        grads, (losses, rows) = micro(zeros, (batch[0], 0))
+        grads, (losses, aux) = micro(zeros, (jax.tree.map(lambda a: a[0], batch), 0))
     else:
         indices = jnp.arange(n) if dropping else None  # None: the scan without dropout's input
-        grads, (losses, rows) = jax.lax.scan(micro, zeros, (batch, indices))
-    grads = jax.tree.map(lambda g: g / n, grads)
+        grads, (losses, aux) = jax.lax.scan(micro, zeros, (batch, indices))
+    if packed:  # each micro-batch's gradient was already its share of the whole
+        sums, rows = jax.tree.map(jnp.sum, aux[0]), aux[1]
+        loss = sums["answers"] / options["total"]
+    else:
+        grads = jax.tree.map(lambda g: g / n, grads)
+        loss, rows = jnp.mean(losses), aux
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     lr = make_schedule(cfg.train)(state.step)
-    metrics = {"loss": jnp.mean(losses), "grad_norm": _global_norm(grads), "lr": lr}
+    metrics = {"loss": loss, "grad_norm": _global_norm(grads), "lr": lr}
+    if packed:
+        metrics["loss/all_tokens"] = _ratio(sums["all_tokens"], sums["example_tokens"])
     if rows_too:  # in the global batch's row order: micro-batch by micro-batch
         metrics["row_loss"] = rows.reshape(-1)
     lox.log(metrics, step=state.step)
@@ -351,6 +404,8 @@ def compile_eval_step(cfg: Config, mesh: Mesh, params: Any) -> Any:
     """``eval(params, batch) -> mean loss`` over one ``(batch, seq_len + 1)`` batch, jitted.
 
     ``params`` is the abstract (or concrete) params; their shardings are the step's input shardings.
+    A packed batch (a dict of ``tokens``, ``mask``, ``segments``) gives the sums its losses are
+    made of instead (:func:`packed_sums`), so that losses over several batches are ratios of totals.
 
     Example:
         >>> import dataclasses, jax, jax.numpy as jnp
@@ -367,10 +422,16 @@ def compile_eval_step(cfg: Config, mesh: Mesh, params: Any) -> Any:
         >>> 5.0 < float(loss) < 6.0
         True
     """
-    fn = functools.partial(loss_fn, config=cfg.model, constrain=activation_constraint(mesh))
+    options = {"config": cfg.model, "constrain": activation_constraint(mesh)}
+
+    def evaluate(params: Any, batch: Any) -> Any:
+        if is_packed(batch):
+            return packed_sums(params, batch, **options)[0]
+        return loss_fn(params, batch, **options)
+
     data = batch_sharding(mesh)
     return jax.jit(
-        lambda params, batch: fn(params, batch),
+        evaluate,
         in_shardings=(jax.tree.map(lambda a: a.sharding, params), data),
         out_shardings=_replicated(mesh),
         compiler_options=_compiler_options(mesh),

@@ -121,7 +121,8 @@ class StepLoop:
             steps = {k: {"step": np.array([-1], np.int32)} for k in extra}
             self.log_state = self.logger.log(self.log_state, lox.logdict(extra, steps=steps))
 
-    def fetch(self, step: int) -> jax.Array:
+    def fetch(self, step: int) -> Any:
+        """Step ``step``'s batch on the mesh: token ids, or a dict of them (a packed batch)."""
         t = self.cfg.train
         local = train_batch(
             self.dataset.train, step, seed=t.seed, batch_size=t.batch_size,
