@@ -125,8 +125,8 @@ def test_the_gradient_of_a_packed_loss_is_the_examples_gradients_summed():
             "mask": np.concatenate([[0], mask[1:]])[None].astype(np.uint8),
             "segments": np.ones((1, len(tokens)), np.int32),
         }
-        g = grad(params, one, cfg)
-        parts.append(jax.tree.map(lambda x, w=float(mask[1:].sum()): x * (w / total), g))
+        share = float(mask[1:].sum()) / total  # the example's answer tokens' share of all
+        parts.append(jax.tree.map(lambda x, share=share: x * share, grad(params, one, cfg)))
     summed = jax.tree.map(lambda *xs: sum(xs), *parts)
     for path, value in packed.items():
         np.testing.assert_allclose(

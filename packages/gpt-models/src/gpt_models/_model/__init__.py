@@ -1,4 +1,5 @@
-"""The GPT itself: the blox modules, params, loss and FLOPs (``gpt.py``); sampling and generation
+"""The GPT itself: the blox modules, params and FLOPs (``gpt.py``); the next-token loss of plain
+and packed batches (``loss.py``); sampling and generation
 with or without a KV cache (``generate.py``); which attention cores this backend can run
 (``attention.py``); the Hugging Face families in its terms, config.json and tensors (``hf_layout.py``
 for what they share, ``hf_gpt2.py``, ``hf_llama.py``).

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 import blox as bx
 
-from .gpt import no_constraint, gpt
+from .gpt import gpt, no_constraint
 
 Array = jax.Array
 
@@ -112,9 +112,9 @@ def next_token_losses(
     training = dropout_key is not None and model.cfg.dropout > 0
     if training:  # the Rng state lives only inside this call: not trained, saved or sharded
         params = params.merge(model.rng.seed(bx.Params(), seed=dropout_key))
-    logits = model(
-        params, inputs, segment_ids=segments, is_training=training, constrain=constrain
-    )[0]
+    logits = model(params, inputs, segment_ids=segments, is_training=training, constrain=constrain)[
+        0
+    ]
     logz = jax.nn.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return logz - picked

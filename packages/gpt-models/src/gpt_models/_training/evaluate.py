@@ -101,7 +101,7 @@ class Evaluator:
         return out
 
 
-def _counted_bytes(tok: Tokenizer, batches: dict[str, np.ndarray]) -> tuple[float, float]:
+def _counted_bytes(tok: Tokenizer, batches: Any) -> tuple[float, float]:
     """Bytes per counted target of packed eval batches: of the answers, of every example token.
 
     Per the tokens each loss counts, not the split's average: answers and prompts can differ.
