@@ -175,3 +175,29 @@ def loss_fn(
     if not is_packed(batch):
         return losses.mean()
     return losses.sum() / jnp.maximum(loss_weights(batch)[0].sum(), 1.0)
+
+
+def packed_sums(
+    params: bx.Params,
+    batch: Any,
+    *,
+    config: Any,
+    constrain: Any = no_constraint,
+    dropout_key: Array | None = None,
+) -> tuple[dict[str, Array], Array]:
+    """The sums a packed batch's losses are made of, and each row's masked loss ``(B,)``.
+
+    ``answers`` is ``sum(loss * mask)`` and ``answer_tokens`` ``sum(mask)``; ``all_tokens`` and
+    ``example_tokens`` the same over every target inside an example (``loss_weights``). Sums, not
+    means: a loss over several micro-batches (or eval batches) is their totals' ratio.
+    """
+    losses = next_token_losses(params, batch, config, constrain, dropout_key=dropout_key)
+    answers, examples = loss_weights(batch)
+    sums = {
+        "answers": jnp.sum(losses * answers),
+        "answer_tokens": jnp.sum(answers),
+        "all_tokens": jnp.sum(losses * examples),
+        "example_tokens": jnp.sum(examples),
+    }
+    rows = jnp.sum(losses * answers, axis=-1) / jnp.maximum(jnp.sum(answers, axis=-1), 1.0)
+    return sums, rows

@@ -22,7 +22,7 @@ from core_primitives import compat, keypath_to_path, pytree_dataclass
 from .._config.schema import Config, TrainConfig
 from .._distributed.mesh import MICRO_BATCH_AXES, RULES, activation_constraint, batch_sharding
 from .._model.gpt import abstract_params, init_params
-from .._model.loss import is_packed, loss_fn, loss_weights, next_token_losses, token_losses
+from .._model.loss import is_packed, loss_fn, loss_weights, packed_sums, token_losses
 from .muon import make_muon
 
 
@@ -250,26 +250,6 @@ def _loss_and_rows(params: Any, batch: jax.Array, *, config: Any, constrain: Any
     return losses.mean(), losses.mean(axis=-1) if rows else None
 
 
-def packed_sums(params: Any, batch: Any, *, config: Any, constrain: Any,
-                dropout_key: jax.Array | None = None) -> tuple[dict[str, jax.Array], jax.Array]:  # fmt: skip
-    """The sums a packed batch's losses are made of, and each row's masked loss ``(B,)``.
-
-    ``answers`` is ``sum(loss * mask)`` and ``answer_tokens`` ``sum(mask)``; ``all_tokens`` and
-    ``example_tokens`` the same over every target inside an example (``loss_weights``). Sums, not
-    means: a loss over several micro-batches (or eval batches) is their totals' ratio.
-    """
-    losses = next_token_losses(params, batch, config, constrain, dropout_key=dropout_key)
-    answers, examples = loss_weights(batch)
-    sums = {
-        "answers": jnp.sum(losses * answers),
-        "answer_tokens": jnp.sum(answers),
-        "all_tokens": jnp.sum(losses * examples),
-        "example_tokens": jnp.sum(examples),
-    }
-    rows = jnp.sum(losses * answers, axis=-1) / jnp.maximum(jnp.sum(answers, axis=-1), 1.0)
-    return sums, rows
-
-
 def _packed_objective(params: Any, batch: Any, *, config: Any, constrain: Any, rows: bool,
                       total: jax.Array, dropout_key: jax.Array | None = None) -> tuple[jax.Array, Any]:  # fmt: skip
     """This micro-batch's share of the global batch's masked loss (its sum over the global
@@ -405,7 +385,7 @@ def compile_eval_step(cfg: Config, mesh: Mesh, params: Any) -> Any:
 
     ``params`` is the abstract (or concrete) params; their shardings are the step's input shardings.
     A packed batch (a dict of ``tokens``, ``mask``, ``segments``) gives the sums its losses are
-    made of instead (:func:`packed_sums`), so that losses over several batches are ratios of totals.
+    made of instead (``packed_sums``), so that losses over several batches are ratios of totals.
 
     Example:
         >>> import dataclasses, jax, jax.numpy as jnp
