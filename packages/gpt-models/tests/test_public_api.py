@@ -13,6 +13,7 @@ EXPECTED = {
     "DataSource",
     "EvalConfig",
     "InitConfig",
+    "LoRAConfig",
     "GPT",
     "LogConfig",
     "MeshConfig",

@@ -15,6 +15,7 @@ from core_primitives import lazy_exports
 # importing JAX. This block is the one list of them (type checkers and the docs read it too).
 if TYPE_CHECKING:
     from ._cli.main import main as main
+    from ._config.lora import LoRAConfig as LoRAConfig
     from ._config.presets import PRESETS as PRESETS
     from ._config.schema import Config as Config
     from ._config.schema import DataConfig as DataConfig

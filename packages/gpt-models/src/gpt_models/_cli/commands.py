@@ -392,7 +392,7 @@ def _train_config(args: argparse.Namespace) -> Config:
     if args.resume:
         from .._runs.resolve import check_resume_model
 
-        check_resume_model(Path(args.resume), base.model, cfg.model)
+        check_resume_model(Path(args.resume), base, cfg)
     return cfg
 
 

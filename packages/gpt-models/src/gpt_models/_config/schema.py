@@ -18,6 +18,7 @@ import math
 from core_primitives import did_you_mean, format_problems, list_alternatives
 
 from .._errors import ConfigError
+from .lora import LoRAConfig, lora_problems
 from .sources import DataSource, source_problems
 
 # String-valued keys that only accept a few values: checked by validate(), for every config.
@@ -308,6 +309,7 @@ class Config:
     sample: SampleConfig = SampleConfig()
     init: InitConfig = InitConfig()
     eval: EvalConfig = EvalConfig()
+    lora: LoRAConfig = dataclasses.field(default_factory=LoRAConfig)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -361,6 +363,14 @@ def validate(cfg: Config) -> Config:
     if not 257 <= cfg.data.bpe_vocab_size <= 65536:
         problems.append(f"data.bpe_vocab_size = {cfg.data.bpe_vocab_size} must be in 257..65536")
     problems += _range_problems(cfg)
+    if divisible and m.d_model > 0:  # the LoRA checks read the heads' sizes
+        problems += lora_problems(cfg.lora, m)
+    if cfg.lora.enabled and t.optimizer == "muon":
+        problems.append(
+            "train.optimizer = 'muon' with lora.rank > 0: Muon trains hidden matrices, and the "
+            "LoRA adapters (the only trained weights) are low-rank factors it leaves to its AdamW "
+            "part without weight decay. Use --set train.optimizer=adamw with LoRA"
+        )
     problems += source_problems(cfg.data.sources, cfg.data.path)
     s = cfg.sample
     problems += sampling_problems("sample.", s.max_new_tokens, s.temperature, s.top_k, s.top_p)

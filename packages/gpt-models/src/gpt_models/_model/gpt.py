@@ -23,6 +23,7 @@ import paramspec as ps
 
 from .._config.schema import ModelConfig
 from .._distributed.mesh import RULES, single_device_mesh
+from .lora import lora_config, make_lora, model_of
 
 Array = jax.Array
 
@@ -95,9 +96,12 @@ class Block(bx.Module):
     packed rows: attention stays within each (blox's ``MultiHeadAttention``). With
     ``model.dropout`` and ``is_training=True`` the attention probabilities and both branch outputs
     are dropped, each with its own key from ``rng``; ``is_training`` reaches the MLP too.
+    ``lora`` (a ``bx.LoRA``) adds adapters to the attention and MLP kernels it targets.
     """
 
-    def __init__(self, graph: bx.Graph, cfg: ModelConfig, rng: bx.Rng) -> None:
+    def __init__(
+        self, graph: bx.Graph, cfg: ModelConfig, rng: bx.Rng, lora: bx.LoRA | None = None
+    ) -> None:
         super().__init__(graph)
         c = _Common(cfg)
         self.attn_norm = c.norm(graph / "attn_norm")
@@ -129,6 +133,7 @@ class Block(bx.Module):
             },
             dtype=c.dtype,
             param_dtype=c.param_dtype,
+            lora=lora,
         )
         self.drop = bx.Dropout(graph / "drop", cfg.dropout, rng=rng)  # no params: used twice
         self.mlp_norm = c.norm(graph / "mlp_norm")
@@ -144,6 +149,7 @@ class Block(bx.Module):
             bias_metadata=[_axes("mlp"), _axes("embed")],
             dtype=c.dtype,
             param_dtype=c.param_dtype,
+            lora=lora,
         )
 
     def __call__(
@@ -180,7 +186,8 @@ class GPT(bx.Module):
     ``model.dropout`` (to the embedding output, the attention probabilities and each residual
     branch), drawing its keys from ``model.rng``, which ``params`` must then hold
     (:func:`loss_fn` seeds it from its ``dropout_key``). Build one with :func:`gpt` (cached per
-    config).
+    config). A model section carrying ``[lora]`` (``gpt(config)`` of a ``Config`` with
+    ``lora.rank > 0``) builds its blocks with LoRA adapters: ``model.lora`` is their ``bx.LoRA``.
 
     Example:
         >>> import jax, jax.numpy as jnp, dataclasses
@@ -197,6 +204,7 @@ class GPT(bx.Module):
         c = _Common(cfg)
         self.cfg = cfg
         self.rng = bx.Rng(graph / "rng")
+        self.lora = make_lora(cfg, self.rng)
         self.embed = bx.Embed(
             graph / "embed",
             cfg.vocab_size,
@@ -221,7 +229,7 @@ class GPT(bx.Module):
             )
         self.embed_drop = bx.Dropout(graph / "embed_drop", cfg.dropout, rng=self.rng)
         blocks = graph / "blocks"
-        self.block = Block(blocks / "block", cfg, self.rng)
+        self.block = Block(blocks / "block", cfg, self.rng, self.lora)
         self.blocks = bx.Repeat(
             blocks,
             self.block,
@@ -312,18 +320,20 @@ class GPT(bx.Module):
 def gpt(config: Any) -> GPT:
     """The :class:`GPT` module for a :class:`ModelConfig` (or a :class:`Config`), built once.
 
+    A ``Config`` with ``lora.rank > 0`` gives the model with its LoRA adapters.
+
     Example:
         >>> from gpt_models import PRESETS, gpt
         >>> gpt(PRESETS["tiny"]) is gpt(PRESETS["tiny"].model)
         True
     """
-    cfg = getattr(config, "model", config)
+    cfg = model_of(config)
     if cfg is not config:
         return gpt(cfg)
     return GPT(bx.Graph("gpt") / "model", cfg)
 
 
-def _init_fn(cfg: ModelConfig) -> Any:
+def init_fn(cfg: ModelConfig) -> Any:
     model = gpt(cfg)
 
     def init(key: Any) -> bx.Params:
@@ -331,7 +341,10 @@ def _init_fn(cfg: ModelConfig) -> Any:
         _, params = model(params, jnp.zeros((1, 1), jnp.int32))
         # The weights alone (the init Rng state is not trained, saved or sharded), locked so that
         # a later call with a changed config fails by name instead of adding fresh weights.
-        return params.split()[0].locked()
+        weights = params.split()[0]
+        if model.lora is not None:  # only the adapters train: the rest is marked frozen
+            weights = model.lora.freeze_base(weights)
+        return weights.locked()
 
     return init
 
@@ -348,8 +361,8 @@ def param_specs(config: Any) -> bx.Params:
         >>> p.shape, p.logical_axes
         ((4, 128, 4, 32), ('layers', 'embed', 'heads', 'head_dim'))
     """
-    cfg = getattr(config, "model", config)
-    return jax.eval_shape(_init_fn(cfg), jax.random.key(0))  # type: ignore[no-any-return]
+    cfg = model_of(config)
+    return jax.eval_shape(init_fn(cfg), jax.random.key(0))  # type: ignore[no-any-return]
 
 
 def forward(params: bx.Params, tokens: Array, config: Any) -> Array:
@@ -369,6 +382,12 @@ def forward(params: bx.Params, tokens: Array, config: Any) -> Array:
         (2, 5, 256)
     """
     return gpt(config)(params, tokens)[0]
+
+
+def drops(model: ModelConfig) -> bool:
+    """Whether training ``model`` draws dropout masks (``model.dropout`` or ``lora.dropout``)."""
+    lora = lora_config(model)
+    return model.dropout > 0 or (lora is not None and lora.dropout > 0)
 
 
 def param_count(config: Any) -> int:
@@ -421,10 +440,10 @@ def init_params(config: Any, key: Any, mesh: Mesh | None = None, rules: Any = No
         >>> init_params(cfg, jax.random.key(0))[("gpt", "model", "embed", "embedding")].shape
         (256, 128)
     """
-    cfg = getattr(config, "model", config)
+    cfg = model_of(config)
     mesh = mesh if mesh is not None else single_device_mesh()
     rules = rules if rules is not None else RULES
-    return ps.init_sharded(_init_fn(cfg), key, mesh, rules)  # type: ignore[no-any-return]
+    return ps.init_sharded(init_fn(cfg), key, mesh, rules)  # type: ignore[no-any-return]
 
 
 def abstract_params(cfg: Any, mesh: jax.sharding.Mesh) -> Any:
@@ -440,4 +459,4 @@ def abstract_params(cfg: Any, mesh: jax.sharding.Mesh) -> Any:
         >>> abstract["gpt", "model", "embed", "embedding"].value.shape
         (256, 128)
     """
-    return ps.abstract(param_specs(getattr(cfg, "model", cfg)), mesh, RULES)
+    return ps.abstract(param_specs(model_of(cfg)), mesh, RULES)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 import blox as bx
 
-from .gpt import gpt, no_constraint
+from .gpt import drops, gpt, no_constraint
 
 Array = jax.Array
 
@@ -109,7 +109,7 @@ def next_token_losses(
         tokens, segments = batch, None
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     model = gpt(config)
-    training = dropout_key is not None and model.cfg.dropout > 0
+    training = dropout_key is not None and drops(model.cfg)
     if training:  # the Rng state lives only inside this call: not trained, saved or sharded
         params = params.merge(model.rng.seed(bx.Params(), seed=dropout_key))
     logits = model(params, inputs, segment_ids=segments, is_training=training, constrain=constrain)[

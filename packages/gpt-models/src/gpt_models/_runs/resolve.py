@@ -42,6 +42,18 @@ DATA_KINDS = {
 # are computed (the attention kernel, compute dtype, remat, scan), stored or regularised (dropout).
 FREE_KEYS = ("dtype", "param_dtype", "remat", "scan_layers", "init_std", "dropout", "attention")
 ARCH_KEYS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name not in FREE_KEYS)
+# The [lora] keys that shape (or scale) the adapters a checkpoint holds.
+LORA_ARCH_KEYS = ("rank", "alpha", "targets")
+
+
+def _lora_key(cfg: Config, key: str) -> object:
+    """A ``LORA_ARCH_KEYS`` value as it acts: alpha 0 is rank, targets as the projections."""
+    lora = cfg.lora
+    if key == "alpha":
+        return lora.scale_alpha if lora.enabled else 0.0
+    if key == "targets":
+        return lora.kernels(gated=cfg.model.mlp == "swiglu") if lora.enabled else ()
+    return lora.rank
 
 
 def absolute(path: str) -> str:
@@ -218,9 +230,22 @@ def check_init_source(cfg: Config, tokenizer: Tokenizer) -> None:
         )
 
 
-def check_resume_model(run: Path, saved: ModelConfig, model: ModelConfig) -> None:
+def check_resume_model(run: Path, saved_cfg: Config, cfg: Config) -> None:
     """Refuse a ``--set`` that changes the architecture of the run being resumed (its ``saved``
-    model); the checkpoint's params could not be restored into it."""
+    config): the checkpoint's params could not be restored into it. The LoRA adapters are part
+    of it (``lora.dropout`` may change, like ``model.dropout``)."""
+    saved, model = saved_cfg.model, cfg.model
+    for key in LORA_ARCH_KEYS:
+        was, now = getattr(saved_cfg.lora, key), getattr(cfg.lora, key)
+        if _lora_key(saved_cfg, key) != _lora_key(cfg, key):
+            raise ConfigError(
+                f"gpt train --resume {run} --set lora.{key}={now!r}: a resumed run keeps its LoRA "
+                f"adapters, and this run has lora.{key} = {was!r}; its checkpoints hold "
+                f"{'no adapters' if not saved_cfg.lora.enabled else 'adapters of that shape'}. "
+                "Drop that --set, or start a new run from this one's weights with --init-from "
+                f"{run} --set lora.{key}=... (the adapters are merged into the weights it starts "
+                "from)."
+            )
     for key in ARCH_KEYS:
         if getattr(model, key) != getattr(saved, key):
             raise ConfigError(

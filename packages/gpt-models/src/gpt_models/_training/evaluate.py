@@ -19,6 +19,7 @@ from .._data.run_tokenizer import decode_lenient, run_tokenizer
 from .._distributed.mesh import place_batch, single_device_mesh
 from .._distributed.processes import host_value
 from .._model.generate import generate
+from .._model.lora import model_of
 from .._model.loss import is_packed, loss_weights
 from .._runs.folders import load_run
 from .step import compile_eval_step
@@ -189,7 +190,7 @@ def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_
     tok = tokenizer or ByteTokenizer()
     ids, n = sample_lengths(cfg, tok, prompt, max_new_tokens)
     out = generate(
-        jax.tree.map(_on_one_device, params), ids, cfg.model, max_new_tokens=n,
+        jax.tree.map(_on_one_device, params), ids, model_of(cfg), max_new_tokens=n,
         temperature=s.temperature if temperature is None else temperature,
         top_k=(s.top_k or None) if top_k is None else top_k,
         top_p=(s.top_p if s.top_p < 1 else None) if top_p is None else top_p,

@@ -6,7 +6,8 @@ from the compiled step's memory analysis, not compiled: per device the arguments
 depend on it (the whole batch is an argument either way), and the temporaries are a part that does
 not (gradients, their running sum, the optimizer's update) plus activations that grow with the
 micro-batch's rows. One compile gives their sum; the fixed part is taken as ``FIXED_TEMPORARIES``
-times the parameters' bytes (at most the temporaries), above what was measured on the presets
+times the trained parameters' bytes (all of them; with LoRA the adapters, since the frozen
+weights get no gradient) (at most the temporaries), above what was measured on the presets
 (``benchmarks/gpt/preflight_refusal.py``), and the estimate is raised by ``ESTIMATE_MARGIN`` for
 XLA's own variations, so that a smaller micro-batch is estimated to need at least what it does.
 
@@ -34,6 +35,7 @@ from .._data.store import is_store, read_manifest
 from .._distributed.mesh import BATCH_AXES, MICRO_BATCH_AXES, batch_sharding, make_mesh
 from .._model.generate import compile_generate
 from .._model.gpt import abstract_params, flops_per_token
+from .._model.lora import lora_summary, model_of
 from .preflight import (
     Knob,
     Plan,
@@ -107,9 +109,18 @@ def plan_step(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh,
     mem = step_memory(compiled, devices)
     t, m = cfg.train, cfg.model
     param_bytes = _bytes(abstract.params)
+    trainable = abstract.params.split()[0]
     budget = memory_budget(devices)
     lines = [
         f"parameters       {_count(abstract.params) / 1e6:.2f}M ({size(param_bytes)})",
+        *(
+            []
+            if len(trainable) == len(abstract.params)
+            else [
+                f"trainable        {_count(trainable) / 1e6:.3f}M ({size(_bytes(trainable))}): the "
+                f"LoRA adapters, {lora_summary(model_of(cfg))}; the rest is frozen"
+            ]
+        ),
         f"optimizer state  {size(_bytes(abstract.opt_state))} ({t.optimizer})",
         f"step memory      {memory_text(mem)} on each of {len(devices)} "
         f"{jax.default_backend()} device(s)",
@@ -123,7 +134,8 @@ def plan_step(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh,
         command="gpt train", compiled=compiled, memory=mem, budget=budget, devices=len(devices),
         program=f"train step (micro-batch {micro} of {m.seq_len} tokens, model.remat={m.remat})",
         params=_count(abstract.params), param_bytes=param_bytes, compile_s=seconds, cfg=cfg,
-        knob=_micro_batches(cfg, mesh, mem, param_bytes), lines=lines, baseline=resident_bytes(),
+        knob=_micro_batches(cfg, mesh, mem, _bytes(trainable)), lines=lines,
+        baseline=resident_bytes(),
         stream=stream,
     )  # fmt: skip
 
@@ -132,8 +144,12 @@ def _count(tree: Any) -> int:
     return sum(int(np.prod(a.shape)) for a in jax.tree.leaves(tree))
 
 
-def _micro_batches(cfg: Config, mesh: Mesh, mem: StepMemory | None, param_bytes: int) -> Knob:
-    """``train.grad_accum`` from the compiled one up, each value's memory derived, not compiled."""
+def _micro_batches(cfg: Config, mesh: Mesh, mem: StepMemory | None, trained_bytes: int) -> Knob:
+    """``train.grad_accum`` from the compiled one up, each value's memory derived, not compiled.
+
+    ``trained_bytes``: the trainable parameters' bytes, which the gradients, their sum and the
+    update are as large as (all parameters, or with LoRA the adapters alone).
+    """
     t = cfg.train
     shards = mesh.shape["data"] * mesh.shape["fsdp"] * jax.process_count()
     accums = [g for g in range(t.grad_accum, t.batch_size + 1)
@@ -146,7 +162,7 @@ def _micro_batches(cfg: Config, mesh: Mesh, mem: StepMemory | None, param_bytes:
         # Temporaries: a fixed part (bounded above) plus a part proportional to the rows.
         if g == t.grad_accum:
             return mem.per_device
-        fixed = min(mem.temporaries, FIXED_TEMPORARIES * param_bytes)
+        fixed = min(mem.temporaries, FIXED_TEMPORARIES * trained_bytes)
         temps = fixed + (mem.temporaries - fixed) * rows(g) / rows(t.grad_accum)
         return dataclasses.replace(mem, temporaries=int(temps * ESTIMATE_MARGIN)).per_device
 
@@ -247,7 +263,7 @@ def plan_sample(cfg: Config, prompt_len: int, max_new_tokens: int, *, temperatur
     params = abstract_params(cfg, _one_device_mesh())
 
     def compile_at(n: int) -> Any:
-        return compile_generate(params, prompt_len, cfg.model, max_new_tokens=n,
+        return compile_generate(params, prompt_len, model_of(cfg), max_new_tokens=n,
                                 temperature=temperature, top_k=top_k, top_p=top_p)  # fmt: skip
 
     program = f"sampling program (prompt of {prompt_len} tokens + {max_new_tokens} new tokens)"
@@ -264,7 +280,7 @@ def plan_score(cfg: Config, batch_size: int, stream: TextIO | None = None) -> Pl
 
 
 def _scorer_at(cfg: Config, params: Any) -> Callable[[int], Any]:
-    fn = compiled_scorer(cfg.model)
+    fn = compiled_scorer(model_of(cfg))
 
     def compile_at(rows: int) -> Any:
         windows = jax.ShapeDtypeStruct((rows, cfg.model.seq_len + 1), jnp.int32)

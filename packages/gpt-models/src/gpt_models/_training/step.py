@@ -21,7 +21,8 @@ from core_primitives import compat, keypath_to_path, pytree_dataclass
 
 from .._config.schema import Config, TrainConfig
 from .._distributed.mesh import MICRO_BATCH_AXES, RULES, activation_constraint, batch_sharding
-from .._model.gpt import abstract_params, init_params
+from .._model.gpt import abstract_params, drops, init_params
+from .._model.lora import is_adapter, model_of
 from .._model.loss import is_packed, loss_fn, loss_weights, packed_sums, token_losses
 from .muon import make_muon
 
@@ -29,6 +30,9 @@ from .muon import make_muon
 @pytree_dataclass
 class TrainState:
     """Everything a resumed run needs besides the config: params, optimizer state, step and RNG.
+
+    ``params`` are all the model's weights; the optimizer state is kept for the trainable ones
+    only (``params.split()``: with LoRA the adapters, the frozen base weights have none).
 
     ``rng`` is raw key data (``uint32[2]``) so that orbax can store it; the data position is the step
     itself, because batches are a pure function of ``(train.seed, step)``. Dropout keys are
@@ -72,14 +76,19 @@ def _decay_mask(params: Any) -> Any:
     # so the projections, the token and position embeddings and the output head are decayed, and
     # biases ((heads, head_dim) of a query bias included) and norm scales are not: decaying those
     # towards 0 fights the normalisation or shifts the activations. Params without logical axes
-    # fall back to rank >= 2.
-    def is_matrix(p: Any) -> bool:
+    # fall back to rank >= 2. LoRA adapters are matrices too (both factors): decaying them pulls
+    # the learnt update a @ b towards zero, i.e. towards the frozen model, as decay pulls a fully
+    # trained weight towards zero; train.weight_decay = 0 turns it off.
+    def is_matrix(path: tuple[str, ...], p: Any) -> bool:
+        if is_adapter(path):
+            return True
         if not p.logical_axes:
             return len(p.shape) >= 2
         axes = [a for a in p.logical_axes if a != "layers"]
         return "embed" in axes and len(axes) >= 2
 
-    return params.map(is_matrix)
+    flags = iter([is_matrix(path, p) for path, p in params.items()])
+    return params.map(lambda _: next(flags))
 
 
 def _adamw(t: TrainConfig) -> optax.GradientTransformation:
@@ -163,7 +172,7 @@ def abstract_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: M
         ((), 'uint32')
     """
     params = abstract_params(cfg, mesh)
-    opt = jax.eval_shape(optimizer.init, params)
+    opt = jax.eval_shape(optimizer.init, params.split()[0])
     param_shardings = jax.tree.map(lambda a: a.sharding, params)
     opt_sh = _match_param_shardings(opt, params, param_shardings, mesh)
     opt = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), opt, opt_sh)
@@ -216,13 +225,20 @@ def init_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh)
         (0, True)
     """
     key = jax.random.key(cfg.train.seed)
-    params = init_params(cfg.model, key, mesh, RULES)
+    params = init_params(cfg, key, mesh, RULES)
     shardings = state_shardings(abstract_state(cfg, optimizer, mesh))
-    opt_state = jax.jit(optimizer.init, out_shardings=shardings.opt_state)(params)
+    opt_state = init_opt_state(optimizer, params, shardings)
     rep = _replicated(mesh)
     step = jax.device_put(jnp.zeros((), jnp.int32), rep)
     rng = jax.device_put(jax.random.key_data(jax.random.fold_in(key, 1)), rep)
     return TrainState(params=params, opt_state=opt_state, step=step, rng=rng)
+
+
+def init_opt_state(
+    optimizer: optax.GradientTransformation, params: Any, shardings: TrainState
+) -> Any:
+    """The optimizer's fresh state for the trainable part of ``params``, placed by ``shardings``."""
+    return jax.jit(optimizer.init, out_shardings=shardings.opt_state)(params.split()[0])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -277,7 +293,9 @@ def train_step(
     ``batch`` is token ids, or a packed batch (a dict of such arrays: ``tokens``, ``mask``,
     ``segments``; the dataset of a chat or prompt/completion store): its loss is
     ``sum(loss * mask) / sum(mask)`` over the whole global batch, every micro-batch together.
-    Gradients are summed over the micro-batches by a ``lax.scan`` (memory of one micro-batch).
+    Gradients are taken with respect to the trainable params only (``params.split()``: with
+    LoRA the adapters; the frozen weights get no gradient buffer and no optimizer update), and
+    summed over the micro-batches by a ``lax.scan`` (memory of one micro-batch).
     With ``model.dropout > 0`` each micro-batch's loss drops with :func:`dropout_key`; at 0 the
     step draws no key (the computation is the one without dropout).
     Logs (through ``lox.log``): ``micro_loss`` per micro-batch; ``loss``, ``grad_norm`` and ``lr``
@@ -288,18 +306,22 @@ def train_step(
     """
     rows_too = bool(cfg.data.sources)  # a mixture's per-source losses need each row's loss
     packed = is_packed(batch)
-    options = {"config": cfg.model, "constrain": constrain, "rows": rows_too}
+    options = {"config": model_of(cfg), "constrain": constrain, "rows": rows_too}
     if packed:  # the global batch's weight: known before any forward pass (it is data)
         flat = jax.tree.map(lambda a: a.reshape(-1, a.shape[-1]), batch)
         options["total"] = jnp.maximum(jnp.sum(loss_weights(flat)[0]), 1.0)
-    objective = _packed_objective if packed else _loss_and_rows
-    grad_fn = jax.value_and_grad(functools.partial(objective, **options), has_aux=True)
-    dropping = cfg.model.dropout > 0
+    objective = functools.partial(_packed_objective if packed else _loss_and_rows, **options)
+    trainable, frozen = state.params.split()
+    grad_fn = jax.value_and_grad(
+        lambda trainable, mb, key: objective(trainable.merge(frozen), mb, dropout_key=key),
+        has_aux=True,
+    )
+    dropping = drops(options["config"])
 
     def micro(acc: Any, mb_and_index: tuple[Any, Any]) -> tuple[Any, Any]:
         mb, index = mb_and_index
         key = dropout_key(state.rng, state.step, index) if dropping else None
-        (loss, aux), grads = grad_fn(state.params, mb, dropout_key=key)
+        (loss, aux), grads = grad_fn(trainable, mb, key)
         if packed:
             sums, _ = aux
             loss = _ratio(sums["answers"], sums["answer_tokens"])
@@ -307,7 +329,7 @@ def train_step(
         return jax.tree.map(jnp.add, acc, grads), (loss, aux)
 
     n = jax.tree.leaves(batch)[0].shape[0]
-    zeros = jax.tree.map(jnp.zeros_like, state.params)
+    zeros = jax.tree.map(jnp.zeros_like, trainable)
     if n == 1:  # no scan for the common case: one less loop for XLA to see through
         grads, (losses, aux) = micro(zeros, (jax.tree.map(lambda a: a[0], batch), 0))
     else:
@@ -319,8 +341,8 @@ def train_step(
     else:
         grads = jax.tree.map(lambda g: g / n, grads)
         loss, rows = jnp.mean(losses), aux
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
+    params = optax.apply_updates(trainable, updates).merge(frozen)
     lr = make_schedule(cfg.train)(state.step)
     metrics = {"loss": loss, "grad_norm": _global_norm(grads), "lr": lr}
     if packed:
@@ -402,7 +424,7 @@ def compile_eval_step(cfg: Config, mesh: Mesh, params: Any) -> Any:
         >>> 5.0 < float(loss) < 6.0
         True
     """
-    options = {"config": cfg.model, "constrain": activation_constraint(mesh)}
+    options = {"config": model_of(cfg), "constrain": activation_constraint(mesh)}
 
     def evaluate(params: Any, batch: Any) -> Any:
         if is_packed(batch):

@@ -28,6 +28,7 @@ from .._errors import (
     TrainingDivergedError,
 )
 from .._model.gpt import compute_dtype, flops_per_token
+from .._model.lora import lora_summary, model_of, trainable_count
 from .._runs.checkpoint import CapturedLogs, Checkpointer
 from .evaluate import Evaluator
 from .host_memory import await_scratch, keep_host_memory
@@ -92,10 +93,16 @@ class StepLoop:
         self.profiler = StepProfiler(None, run / "profile", self.stream)
 
     def announce(self, state: Any) -> None:
-        n = sum(x.size for x in jax.tree.leaves(state.params))
+        trained, n = trainable_count(state.params)
+        what = f"{n / 1e6:.2f}M parameters"
+        if trained < n:  # LoRA: the adapters alone are trained
+            what = (
+                f"{trained / 1e6:.3f}M of {n / 1e6:.2f}M parameters ({100 * trained / n:.2f}%: "
+                f"LoRA {lora_summary(model_of(self.cfg))}; the rest frozen)"
+            )
         ds = self.dataset
         print(
-            f"Training {n / 1e6:.2f}M parameters on {self.mesh.devices.size} "
+            f"Training {what} on {self.mesh.devices.size} "
             f"{jax.default_backend()} device(s), mesh {dict(self.mesh.shape)}, data {ds.source} "
             f"({len(ds.train):,} train / {len(ds.val):,} val tokens) -> {self.run_dir}",
             file=self.stream,
