@@ -13,7 +13,6 @@ EXPECTED = {
     "DataSource",
     "EvalConfig",
     "InitConfig",
-    "LoRAConfig",
     "GPT",
     "LogConfig",
     "MeshConfig",
@@ -76,6 +75,8 @@ EXPECTED |= {"TaskScore", "TextScore", "evaluate_task", "evaluate_text"}
 EXPECTED |= {"PrepareResult", "prepare"}
 # Real checkpoints: Hugging Face GPT-2 / Llama folders in and out.
 EXPECTED |= {"CheckpointFormatError", "export_hf", "import_hf"}
+# Fine-tuning with LoRA: its config section and the PEFT adapter export.
+EXPECTED |= {"LoRAConfig", "export_adapter"}
 
 # Know before spending: the memory pre-flight and the typed errors.
 EXPECTED |= {"DiskFullError", "OutOfMemoryError", "Plan", "plan_training"}

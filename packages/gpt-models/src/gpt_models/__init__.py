@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from ._model.gpt import param_count as param_count
     from ._model.gpt import param_specs as param_specs
     from ._model.loss import loss_fn as loss_fn
+    from ._runs.adapter_export import export_adapter as export_adapter
     from ._runs.checkpoint import Checkpointer as Checkpointer
     from ._runs.checkpoint import CheckpointWarning as CheckpointWarning
     from ._runs.folders import load_run as load_run

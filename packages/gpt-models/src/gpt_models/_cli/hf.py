@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 _DTYPE_HELP = "float32 (default) or bfloat16"
 
@@ -31,6 +32,11 @@ def export_parser(p: argparse.ArgumentParser) -> None:
                         "generation_config.json")  # fmt: skip
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help=f"dtype of the written tensors: {_DTYPE_HELP}")  # fmt: skip
+    p.add_argument("--adapter", action="store_true",
+                   help="a LoRA run: write its adapters alone as a PEFT adapter folder "
+                        "(adapter_config.json, adapter_model.safetensors) for "
+                        "peft.PeftModel.from_pretrained on the base model; without it the "
+                        "adapters are merged into the exported weights")  # fmt: skip
 
 
 def import_command(args: argparse.Namespace) -> int:
@@ -51,6 +57,7 @@ def import_command(args: argparse.Namespace) -> int:
 def export_command(args: argparse.Namespace) -> int:
     """``gpt export``: a run's newest checkpoint, with its tokenizer, as a Hugging Face folder."""
     from .._data.run_tokenizer import run_tokenizer
+    from .._model.lora import lora_summary, model_of
     from .._runs.folders import check_run_folder, load_run
     from .._runs.hf_export import export_hf
     from .empty_values import refuse_empty
@@ -59,10 +66,18 @@ def export_command(args: argparse.Namespace) -> int:
     refuse_empty("gpt export", [("RUN", args.run, example), ("OUT_DIR", args.out, example)])
     run = check_run_folder(args.run, flag="RUN")
     cfg, params, step = load_run(run)
+    if args.adapter:
+        return _export_adapter(run, cfg, params, step, args)
     tok = run_tokenizer(run, cfg)
     fits = tok.vocab_size <= cfg.model.real_vocab  # not: imported weights without a tokenizer
     out = export_hf(cfg, params, args.out, dtype=args.dtype, tokenizer=tok if fits else None)
     print(f"exported {run} (step {step}) to {out}")
+    if cfg.lora.enabled:
+        print(
+            f"note: the LoRA adapters ({lora_summary(model_of(cfg))}) are merged into the "
+            "exported weights; gpt export --adapter writes them alone, for peft.",
+            file=sys.stderr,
+        )
     if not fits:
         print(
             f"note: {run} has no tokenizer of its own (its model has {cfg.model.real_vocab} ids, "
@@ -78,4 +93,20 @@ def export_command(args: argparse.Namespace) -> int:
             "store has one.",
             file=sys.stderr,
         )
+    return 0
+
+
+def _export_adapter(run: Path, cfg: Any, params: Any, step: int, args: argparse.Namespace) -> int:
+    """``gpt export --adapter``: the run's LoRA adapters as a PEFT adapter folder."""
+    from .._runs.adapter_export import export_adapter
+
+    out = export_adapter(cfg, params, args.out, dtype=args.dtype)
+    base = cfg.init.source or "the base model"
+    print(f"exported the LoRA adapters of {run} (step {step}) to {out}")
+    print(
+        f"note: peft loads them onto the model {run} started from ({base}); export a run folder "
+        "with gpt export RUN BASE_DIR first, then PeftModel.from_pretrained("
+        f"AutoModelForCausalLM.from_pretrained(BASE_DIR), {str(out)!r}).",
+        file=sys.stderr,
+    )
     return 0

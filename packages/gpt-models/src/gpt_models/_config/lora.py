@@ -23,7 +23,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING
 
-from core_primitives import did_you_mean, list_alternatives
+from core_primitives import did_you_mean
 
 if TYPE_CHECKING:  # schema.py imports this module
     from .schema import ModelConfig
@@ -40,6 +40,7 @@ KERNELS: dict[str, tuple[str, ...]] = {
 }
 GROUPS: dict[str, tuple[str, ...]] = {"attn": ("q", "k", "v", "o"), "mlp": ("gate", "up", "down")}
 TARGET_NAMES = (*KERNELS, *GROUPS)
+_LISTED = ", ".join(TARGET_NAMES)  # in the docs' order: attention, MLP, groups
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,13 +112,13 @@ def lora_problems(lora: LoRAConfig, m: ModelConfig) -> list[str]:
     for name in unknown:
         problems.append(
             f"lora.targets names {name!r}, which is no projection; valid targets: "
-            f"{list_alternatives(TARGET_NAMES)}, comma-separated (e.g. 'q,v')."
+            f"{_LISTED}, comma-separated (e.g. 'q,v')."
             + did_you_mean(name, TARGET_NAMES, n=1)
         )
     if not names:
         problems.append(
             f"lora.targets = {lora.targets!r} names no projection; give at least one of "
-            f"{list_alternatives(TARGET_NAMES)}, comma-separated (e.g. 'q,v')"
+            f"{_LISTED}, comma-separated (e.g. 'q,v')"
         )
     elif not unknown and "gate" in names and m.mlp != "swiglu":
         problems.append(

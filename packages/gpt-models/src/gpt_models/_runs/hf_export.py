@@ -34,7 +34,9 @@ from .._data.bpe import BPETokenizer, end_of_text_id
 from .._data.byte_tokenizer import ByteTokenizer
 from .._data.run_tokenizer import TOKENIZER_FILE
 from .._errors import CheckpointFormatError, UsageError
+from .._model.gpt import gpt
 from .._model.hf_layout import PREFIX, Layout, export_layout
+from .._model.lora import is_adapter
 from .folders import check_new_path, new_folder
 from .hf_folder import check_dtype, parse_tokenizer
 
@@ -53,7 +55,9 @@ def export_hf(
 ) -> Path:
     """Write ``params`` as a Hugging Face folder that transformers loads and generates with.
 
-    ``config`` is a :class:`Config` or its ``ModelConfig``; the model must be GPT-2-shaped
+    ``config`` is a :class:`Config` or its ``ModelConfig``; the params of a run trained with LoRA
+    (a ``Config`` with ``lora.rank > 0``) are written with their adapters merged into the
+    weights (``W + alpha / rank * a @ b``): a plain model. The model must be GPT-2-shaped
     (layernorm, learned positions, gelu, tied head, biases) or Llama-shaped (rmsnorm, rope,
     swiglu, no biases). ``tokenizer`` (a tokenizer, or a tokenizer.json file, copied as it is)
     adds ``tokenizer.json``, ``tokenizer_config.json`` and its special-token ids. ``path`` must
@@ -65,28 +69,60 @@ def export_hf(
             more ids than the model.
         UsageError: ``path`` exists (or is a link, or lies below a file), or cannot be written.
     """
-    from safetensors.numpy import save_file
-
     m = getattr(config, "model", config)
     check_dtype(dtype)
     layout = export_layout(m)
     target = Path(path)
     check_new_path(target, what="OUT_DIR", fix=_FIX)
+    params = merged_params(config, params)
     files, special = _tokenizer_files(tokenizer, m)
     hf_config = {**layout.hf_config(m, dtype), **special}
     files = {"config.json": hf_config, "generation_config.json": special, **files}
     tensors = _hf_tensors(layout, m, params, dtype)
+    return write_folder(target, "model.safetensors", tensors, files)
+
+
+def write_folder(
+    target: Path, weights: str, tensors: dict[str, np.ndarray], files: dict[str, Any]
+) -> Path:
+    """Write the folder ``target`` whole or not at all: ``weights`` (a safetensors file of
+    ``tensors``) and ``files`` (name -> text, or an object written as JSON).
+
+    The folder is filled beside ``target`` and renamed into place; files and folder get their
+    modes from the umask.
+    """
+    from safetensors.numpy import save_file
+
     partial = target.parent / f".{target.name}.{os.getpid()}-{secrets.token_hex(3)}.partial"
     with new_folder(partial, what="OUT_DIR", fix=_FIX, write_fix=_WRITE_FIX, shown=target):
-        save_file(tensors, str(partial / "model.safetensors"), metadata={"format": "pt"})
+        save_file(tensors, str(partial / weights), metadata={"format": "pt"})
         # safetensors creates its file 0600; a file made by open() here gets 0666 less the
         # umask, which the folder's mode (0777 less the umask) shows without touching the umask.
-        os.chmod(partial / "model.safetensors", os.stat(partial).st_mode & 0o666)
+        os.chmod(partial / weights, os.stat(partial).st_mode & 0o666)
         for name, content in files.items():
             text = content if isinstance(content, str) else json.dumps(content, indent=2) + "\n"
             (partial / name).write_text(text, encoding="utf-8")
         os.rename(partial, target)
     return target
+
+
+def merged_params(config: Any, params: bx.Params) -> bx.Params:
+    """``params`` with the LoRA adapters of ``config`` merged into their kernels (a plain model's
+    params); without LoRA, ``params`` as they are.
+
+    Raises:
+        CheckpointFormatError: ``params`` hold adapters but ``config`` is no LoRA run's config.
+    """
+    lora = gpt(config).lora
+    if lora is not None:
+        return lora.merge(params)
+    if any(is_adapter(path) for path in params):
+        raise CheckpointFormatError(
+            "params hold LoRA adapters (*lora_a, *lora_b), but the config has no [lora] section "
+            "with rank > 0 (or is a bare ModelConfig), so they would be left out of the export. "
+            "Pass the run's whole Config (load_run gives it) to merge them into the weights."
+        )
+    return params
 
 
 def _hf_tensors(

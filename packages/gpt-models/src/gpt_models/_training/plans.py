@@ -117,7 +117,7 @@ def plan_step(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh,
             []
             if len(trainable) == len(abstract.params)
             else [
-                f"trainable        {_count(trainable) / 1e6:.3f}M ({size(_bytes(trainable))}): the "
+                f"trainable        {_count(trainable):,} ({size(_bytes(trainable))}): the "
                 f"LoRA adapters, {lora_summary(model_of(cfg))}; the rest is frozen"
             ]
         ),

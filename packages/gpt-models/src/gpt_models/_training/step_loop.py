@@ -97,7 +97,7 @@ class StepLoop:
         what = f"{n / 1e6:.2f}M parameters"
         if trained < n:  # LoRA: the adapters alone are trained
             what = (
-                f"{trained / 1e6:.3f}M of {n / 1e6:.2f}M parameters ({100 * trained / n:.2f}%: "
+                f"{trained:,} of {n:,} parameters ({100 * trained / n:.2f}%: "
                 f"LoRA {lora_summary(model_of(self.cfg))}; the rest frozen)"
             )
         ds = self.dataset
