@@ -23,7 +23,7 @@ it) and add the version it replaces to JAX_MATRIX, with the Python it needs.
 
 Not in the default list: `integration_gpu`, `integration_tpu` and `bench_gpu` install the JAX
 extra pinned to the locked JAX and fail where no such device exists (they are for the self-hosted
-runners of `.github/workflows/accelerators.yml`); `interop` installs torch and transformers;
+runners of `.github/workflows/accelerators.yml`); `interop` installs torch, transformers and peft;
 `bench` runs the benchmarks. How the sessions work (interpreters, venvs, installs) is in
 `.ci/nox_helpers.py`.
 """
@@ -284,20 +284,25 @@ def bench_gpu(session: nox.Session) -> None:
 
 @nox.session
 def interop(session: nox.Session) -> None:
-    """Hugging Face interop (opt-in, not in the default list: it installs torch + transformers).
+    """Hugging Face interop (opt-in, not in the default list: it installs torch + transformers
+    + peft).
 
     Exports trained tiny GPT-2- and Llama-shaped runs and checks transformers' logits and greedy
-    tokens on them, and gpt prepare's chat-template ids against ``apply_chat_template``; ``-- regen`` also rewrites the golden folders under gpt-models' tests/data.
+    tokens on them, gpt prepare's chat-template ids against ``apply_chat_template``, and peft's
+    logits with an exported LoRA adapter on the exported base model; ``-- regen`` also rewrites
+    the golden folders under gpt-models' tests/data.
     """
     h.sync_locked(session, session.virtualenv.location, "dev")
-    session.install("torch", "transformers")
+    session.install("torch", "transformers", "peft")
     data = ROOT / "packages" / "gpt-models" / "tests" / "data"
     if "regen" in session.posargs:
         session.run("python", str(data / "make_hf_golden.py"), env=h.ENV)
     session.run("python", str(data / "check_hf_interop.py"), env=h.ENV)
-    # test_sft_data.py: the chat-template ids against transformers' apply_chat_template
+    # test_sft_data.py: the chat-template ids against transformers' apply_chat_template;
+    # test_lora.py -k peft: peft loads an exported adapter with our logits
     session.run(*h.PYTEST, "packages/gpt-models/tests/test_hf.py",
                 "packages/gpt-models/tests/test_sft_data.py", env=h.ENV)  # fmt: skip
+    session.run(*h.PYTEST, "packages/gpt-models/tests/test_lora.py", "-k", "peft", env=h.ENV)
 
 
 @nox.session

@@ -150,7 +150,7 @@ def test_only_the_adapters_train_and_only_they_have_optimizer_state(lora_run, so
     for path in base:  # the base weights bit for bit
         assert np.array_equal(np.asarray(params[path].value), np.asarray(base[path].value)), path
     adapters = {p: v for p, v in params.items() if "lora" in p[-1]}
-    assert len(adapters) == 2 * 2 * 4  # a and b of q, v, o, down (stacked over the layers)
+    assert len(adapters) == 2 * 4  # a and b of q, v, o, down (each stacked over the layers)
     assert all(v.trainable for v in adapters.values())
     assert all(np.any(np.asarray(v.value)) for v in adapters.values())  # lora_b left zero
     # Adam's two moments for the adapters alone: the optimizer state is not model-sized.
@@ -216,7 +216,7 @@ def test_eval_and_sample_use_the_adapters_as_the_merged_export_does(lora_run, so
             run = tmp_path / "b"
         capsys.readouterr()
         assert main(["eval", "--run", str(run), "--text", str(text)]) == 0
-        nats = float(re.search(r"([0-9.]+) nats/token", capsys.readouterr().out).group(1))
+        nats = float(re.search(r"nats_per_token ([0-9.]+)", capsys.readouterr().out).group(1))
         assert main(["sample", "--run", str(run), "--prompt", "The ", "--temperature", "0",
                      "--max-new-tokens", "12"]) == 0  # fmt: skip
         results[name] = (nats, capsys.readouterr().out)
@@ -347,6 +347,9 @@ def test_adapter_export_never_overwrites(lora_run, tmp_path, capsys, error_line)
 # --- peft itself (interop: torch + transformers + peft) -----------------------------------------
 
 
+# peft and transformers warn about each other's deprecations (peft reads transformers'
+# is_gradient_checkpointing): theirs, not ours.
+@pytest.mark.filterwarnings("ignore::FutureWarning")
 @pytest.mark.parametrize(("preset", "targets"), [("llama-tiny", "attn,mlp"),
                                                  ("gpt2-small", "q,v,o,up")])  # fmt: skip
 def test_peft_loads_the_adapter_onto_the_exported_base_with_our_logits(preset, targets, tmp_path):
