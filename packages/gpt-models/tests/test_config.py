@@ -116,7 +116,7 @@ def test_unknown_key_suggests_and_lists():
 
 def test_unknown_section_lists_sections():
     with pytest.raises(
-        ConfigError, match=r"Valid sections: 'data', 'eval', 'init', 'log', 'mesh', 'model'"
+        ConfigError, match=r"Valid sections: 'data', 'eval', 'init', 'log', 'lora', 'mesh', 'model'"
     ):
         apply_overrides(PRESETS["tiny"], {"modle.x": "3"}, from_text=True)
 
