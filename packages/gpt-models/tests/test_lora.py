@@ -73,9 +73,11 @@ def source(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def lora_run(source, tmp_path_factory) -> Path:
-    """A LoRA run of 6 steps from ``source`` at a high rate, so that the adapters moved."""
+    """A LoRA run of 6 steps from ``source`` at a high rate, so that the adapters moved: the
+    finetune-lora preset with its [lora] keys changed."""
     out = tmp_path_factory.mktemp("runs")
-    args = ["train", "--init-from", str(source), "--out", str(out), "--name", "ft", *TRAIN,
+    args = ["train", "--config", "finetune-lora", "--init-from", str(source), "--out", str(out),
+            "--name", "ft", *TRAIN,
             "--set", "train.steps=6", "--set", "train.lr=3e-2", "--set", "lora.rank=4",
             "--set", "lora.alpha=8", "--set", "lora.targets=q,v,o,down"]  # fmt: skip
     assert main(args) == 0

@@ -112,8 +112,7 @@ def lora_problems(lora: LoRAConfig, m: ModelConfig) -> list[str]:
     for name in unknown:
         problems.append(
             f"lora.targets names {name!r}, which is no projection; valid targets: "
-            f"{_LISTED}, comma-separated (e.g. 'q,v')."
-            + did_you_mean(name, TARGET_NAMES, n=1)
+            f"{_LISTED}, comma-separated (e.g. 'q,v')." + did_you_mean(name, TARGET_NAMES, n=1)
         )
     if not names:
         problems.append(
