@@ -121,6 +121,8 @@ def test_lora_with_muon_is_refused():
 def test_config_show_has_the_lora_section_and_set_reaches_it(capsys):
     assert main(["config", "show", "--set", "lora.rank=8", "--set", "lora.targets=attn"]) == 0
     shown = capsys.readouterr().out
+    # tiny: 4 layers of q, k, v and o adapters (attn), each (128 x 8) + (8 x 128)
+    assert "M parameters + 32,768 in LoRA adapters (trained)" in shown
     section = shown.partition("[lora]\n")[2]
     assert section.startswith("rank = 8  # the adapters' inner size r (0 = no LoRA")
     assert 'targets = "attn"  # the projections to adapt' in section

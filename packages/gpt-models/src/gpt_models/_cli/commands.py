@@ -146,6 +146,8 @@ def config_show_command(args: argparse.Namespace) -> int:
 
     head, _, rest = dumps(cfg).partition("\n")
     count = f"# {param_count(cfg.model) / 1e6:.2f}M parameters"
+    if cfg.lora.enabled:  # the adapters are extra, and the only weights trained
+        count += f" + {param_count(cfg) - param_count(cfg.model):,} in LoRA adapters (trained)"
     if vocab_line:
         count += " (with this vocab_size; the trained tokenizer decides it)"
         rest = re.sub(r"^vocab_size = (\d+)  #.*$", rf"vocab_size = \1  # {vocab_line}", rest,

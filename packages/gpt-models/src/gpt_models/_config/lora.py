@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from core_primitives import did_you_mean
 
 if TYPE_CHECKING:  # schema.py imports this module
-    from .schema import ModelConfig
+    from .schema import Config, ModelConfig
 
 # A target -> the parameter path suffix of the kernel it adapts, under a block.
 KERNELS: dict[str, tuple[str, ...]] = {
@@ -79,7 +79,7 @@ class LoRAConfig:
             >>> LoRAConfig(rank=8, targets="v, attn").kernels()
             ('q', 'k', 'v', 'o')
         """
-        named = set()
+        named: set[str] = set()
         for name in _names(self.targets):
             named.update(GROUPS.get(name, (name,)))
         return tuple(k for k in KERNELS if k in named and (gated or k != "gate"))
@@ -89,9 +89,16 @@ def _names(targets: str) -> list[str]:
     return [t.strip() for t in targets.split(",") if t.strip()]
 
 
-def lora_problems(lora: LoRAConfig, m: ModelConfig) -> list[str]:
-    """What is wrong with the ``[lora]`` section of a config whose model section is ``m``."""
+def lora_problems(cfg: Config) -> list[str]:
+    """What is wrong with the ``[lora]`` section of ``cfg``, alone or with its model and optimizer."""
+    lora, m = cfg.lora, cfg.model
     problems = []
+    if lora.enabled and cfg.train.optimizer == "muon":
+        problems.append(
+            "train.optimizer = 'muon' with lora.rank > 0: Muon trains hidden matrices, and the "
+            "LoRA adapters (the only trained weights) are low-rank factors it leaves to its AdamW "
+            "part without weight decay. Use --set train.optimizer=adamw with LoRA"
+        )
     if lora.rank < 0:
         problems.append(
             f"lora.rank = {lora.rank} must be >= 0: 0 turns LoRA off, a positive rank (e.g. 8) "

@@ -364,13 +364,7 @@ def validate(cfg: Config) -> Config:
         problems.append(f"data.bpe_vocab_size = {cfg.data.bpe_vocab_size} must be in 257..65536")
     problems += _range_problems(cfg)
     if divisible and m.d_model > 0:  # the LoRA checks read the heads' sizes
-        problems += lora_problems(cfg.lora, m)
-    if cfg.lora.enabled and t.optimizer == "muon":
-        problems.append(
-            "train.optimizer = 'muon' with lora.rank > 0: Muon trains hidden matrices, and the "
-            "LoRA adapters (the only trained weights) are low-rank factors it leaves to its AdamW "
-            "part without weight decay. Use --set train.optimizer=adamw with LoRA"
-        )
+        problems += lora_problems(cfg)
     problems += source_problems(cfg.data.sources, cfg.data.path)
     s = cfg.sample
     problems += sampling_problems("sample.", s.max_new_tokens, s.temperature, s.top_k, s.top_p)

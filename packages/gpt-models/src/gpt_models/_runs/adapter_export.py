@@ -18,6 +18,7 @@ differs while training with peft: one mask for the fused input instead of one pe
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,7 @@ def export_adapter(config: Config, params: bx.Params, path: str | Path, *,
     tensors: dict[str, np.ndarray] = {}
     ranks: dict[str, int] = {}
     for module, kernels, entry in _modules(layout, model, lora.kernels(model.mlp == "swiglu")):
-        for i in range(model.n_layers):
-            a, b = _peft_pair(params, kernels, entry, i, lora.rank)
+        for i, (a, b) in enumerate(_layer_pairs(params, kernels, entry, lora.rank)):
             name = prefix + module.format(i=i)
             tensors[f"{name}.lora_A.weight"] = _to_numpy(a, dtype)
             tensors[f"{name}.lora_B.weight"] = _to_numpy(b, dtype)
@@ -89,33 +89,46 @@ def _modules(layout: Layout, model: Any, kernels: tuple[str, ...]) -> list[tuple
     return out
 
 
-def _peft_pair(params: bx.Params, kernels: list, entry: Entry, layer: int,
-               rank: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """``(lora_A, lora_B)`` of one module of one layer in peft's layout, fused parts included."""
-    a_parts, b_parts = [], []
-    for ours in kernels:
-        if ours is None:
-            a_parts.append(None)
-            b_parts.append(None)
-            continue
-        # bx.LoRA names a Linear's adapters lora_a/lora_b, an attention kernel's query_lora_a...
-        name, stem = ours[-1], (*PREFIX, *ours[:-1])
-        own = "" if name == "kernel" else f"{name}_"
-        a_name, b_name = f"{own}lora_a", f"{own}lora_b"
-        a = np.asarray(jax.device_get(params[(*stem, a_name)].value), np.float32)[layer]
-        b = np.asarray(jax.device_get(params[(*stem, b_name)].value), np.float32)[layer]
-        a_parts.append(a.reshape(-1, rank).T)  # (r, in)
-        b_parts.append(b.reshape(rank, -1).T)  # (out, r)
-    if len(kernels) == 1:
-        return a_parts[0], b_parts[0]
-    # A fused module (GPT-2's c_attn): lora_A stacks the adapted parts' a; lora_B puts each b in
-    # its part's rows of the output and its own columns of the rank, zero elsewhere.
-    used = [i for i, a in enumerate(a_parts) if a is not None]
-    width = entry.shapes[0][-1] // len(kernels)  # c_attn is (D, 3D): each part D outputs
-    a = np.concatenate([a_parts[i] for i in used], axis=0)
-    b = np.zeros((width * len(kernels), rank * len(used)), np.float32)
+def _layer_pairs(params: bx.Params, kernels: list, entry: Entry,
+                 rank: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+    """``(lora_A, lora_B)`` of one module for each layer, in peft's layout, fused parts included.
+
+    Each adapter is read from the device once (stacked over the layers), then sliced.
+    """
+    parts = [None if ours is None else _stacked(params, ours) for ours in kernels]
+    layers = next(p[0].shape[0] for p in parts if p is not None)
+    for i in range(layers):
+        pairs = [
+            None if p is None else (p[0][i].reshape(-1, rank).T, p[1][i].reshape(rank, -1).T)
+            for p in parts
+        ]  # (r, in) and (out, r) per part
+        yield _fused(pairs, entry, rank)
+
+
+def _stacked(params: bx.Params, ours: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The ``lora_a`` and ``lora_b`` (stacked over the layers) of our kernel at ``ours``."""
+    # bx.LoRA names a Linear's adapters lora_a/lora_b, an attention kernel's query_lora_a, ...
+    name, stem = ours[-1], (*PREFIX, *ours[:-1])
+    own = "" if name == "kernel" else f"{name}_"
+    read = lambda n: np.asarray(jax.device_get(params[(*stem, n)].value), np.float32)
+    return read(f"{own}lora_a"), read(f"{own}lora_b")
+
+
+def _fused(pairs: list, entry: Entry, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """One module's ``(lora_A, lora_B)`` from its parts' (``None``: a part not adapted).
+
+    A module of one kernel is its pair. A fused one (GPT-2's ``c_attn``): ``lora_A`` stacks the
+    adapted parts' ``a``; ``lora_B`` puts each ``b`` in its part's rows of the output and its own
+    columns of the rank, zero elsewhere, so ``B @ A`` is each part's ``b @ a`` in its place.
+    """
+    if len(pairs) == 1:
+        return pairs[0]  # type: ignore[no-any-return]
+    used = [i for i, pair in enumerate(pairs) if pair is not None]
+    width = entry.shapes[0][-1] // len(pairs)  # c_attn is (D, 3D): D outputs per part
+    a = np.concatenate([pairs[i][0] for i in used], axis=0)
+    b = np.zeros((width * len(pairs), rank * len(used)), np.float32)
     for j, i in enumerate(used):
-        b[i * width : (i + 1) * width, j * rank : (j + 1) * rank] = b_parts[i]
+        b[i * width : (i + 1) * width, j * rank : (j + 1) * rank] = pairs[i][1]
     return a, b
 
 
