@@ -27,9 +27,11 @@ from gpt_models import (
     export_adapter,
     export_hf,
     forward,
+    gpt,
     import_hf,
     init_params,
     load_run,
+    loss_fn,
     main,
     make_mesh,
     make_optimizer,
@@ -164,6 +166,18 @@ def test_only_the_adapters_train_and_only_they_have_optimizer_state(lora_run, so
     assert opt_values == 2 * adapter_values
 
 
+def test_init_from_a_lora_run_starts_at_its_merged_weights(lora_run, tmp_path):
+    args = ["train", "--init-from", str(lora_run), "--out", str(tmp_path), "--name", "again",
+            *TRAIN, "--set", "train.steps=1", "--set", "lora.rank=2", "--set", "lora.targets=k"]  # fmt: skip
+    assert main(args) == 0
+    source_cfg, source, _ = load_run(lora_run)
+    merged = gpt(source_cfg).lora.merge(source)
+    _, params, _ = load_run(tmp_path / "again")
+    assert sorted({p[-1] for p in params if "lora" in p[-1]}) == ["key_lora_a", "key_lora_b"]
+    for path in merged:  # the new run's frozen weights: the source's with its adapters merged
+        assert np.array_equal(np.asarray(params[path].value), np.asarray(merged[path].value)), path
+
+
 def test_launch_says_trainable_and_total_parameters(source, tmp_path, capsys):
     args = ["train", "--init-from", str(source), "--out", str(tmp_path), "--name", "ft", *TRAIN,
             "--set", "train.steps=1", "--set", "lora.rank=2", "--dry-run"]  # fmt: skip
@@ -190,6 +204,18 @@ def test_resumed_lora_run_equals_the_uninterrupted_one(tmp_path):
     _, split, _ = load_run(tmp_path / "split")
     for path in whole:
         assert np.array_equal(np.asarray(whole[path].value), np.asarray(split[path].value)), path
+
+
+def test_lora_dropout_drops_in_training_only():
+    """lora.dropout alone (model.dropout = 0) makes a training loss draw masks; eval never does."""
+    cfg = _lora_config("tiny", rank=4, dropout=0.5, targets="q,v")
+    params = _with_random_adapters(init_params(cfg, jax.random.key(0)))
+    batch = jax.random.randint(jax.random.key(1), (2, 17), 0, 300)
+    plain = float(loss_fn(params, batch, cfg))
+    keyed = [float(loss_fn(params, batch, cfg, dropout_key=jax.random.key(k))) for k in (0, 0, 1)]
+    assert keyed[0] == keyed[1] != keyed[2] and plain not in keyed
+    no_drop = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, dropout=0.0))
+    assert float(loss_fn(params, batch, no_drop, dropout_key=jax.random.key(0))) == plain
 
 
 def test_resume_refuses_a_changed_lora_shape(lora_run, capsys, error_line):
