@@ -2,7 +2,8 @@
 and packed batches (``loss.py``); sampling and generation
 with or without a KV cache (``generate.py``); which attention cores this backend can run
 (``attention.py``); the Hugging Face families in its terms, config.json and tensors (``hf_layout.py``
-for what they share, ``hf_gpt2.py``, ``hf_llama.py``).
+for what they share, ``hf_gpt2.py``, ``hf_llama.py``); the model section of a run with LoRA adapters
+and its ``bx.LoRA`` (``lora.py``).
 
 Layer 3 of gpt_models. May import: ``.._errors``, ``.._config``, ``.._data``, ``.._distributed``.
 """
