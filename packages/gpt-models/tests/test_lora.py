@@ -47,8 +47,8 @@ TRAIN = ["--set", "train.batch_size=8", "--set", "train.eval_batches=1", "--set"
 
 
 def _model(preset: str, **changes):
-    return dataclasses.replace(PRESETS[preset].model, **(LLAMA if "llama" in preset else SMALL),
-                               **changes)  # fmt: skip
+    shape = {**(LLAMA if "llama" in preset else SMALL), **changes}
+    return dataclasses.replace(PRESETS[preset].model, **shape)
 
 
 def _lora_config(preset: str, **lora) -> object:
@@ -176,6 +176,29 @@ def test_init_from_a_lora_run_starts_at_its_merged_weights(lora_run, tmp_path):
     assert sorted({p[-1] for p in params if "lora" in p[-1]}) == ["key_lora_a", "key_lora_b"]
     for path in merged:  # the new run's frozen weights: the source's with its adapters merged
         assert np.array_equal(np.asarray(params[path].value), np.asarray(merged[path].value)), path
+
+
+def test_lora_sft_on_packed_chat_examples_trains_the_adapters_only(tmp_path):
+    """The fine-tune practitioners run: chat examples packed into rows, the loss on the answers,
+    LoRA on the MLP with dropout (the MLP is told it trains), two micro-batches per step."""
+    m = _model("llama-tiny", seq_len=64)  # rows that hold two or three examples
+    source = export_hf(m, init_params(m, jax.random.key(3)), tmp_path / "src")
+    chats = [[{"role": "user", "content": f"What is {i} plus two?"},
+              {"role": "assistant", "content": f"It is {i + 2}."}] for i in range(120)]  # fmt: skip
+    jsonl = tmp_path / "chat.jsonl"
+    jsonl.write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats))
+    store = tmp_path / "store"
+    assert main(["prepare", str(jsonl), "--out", str(store), "--val-fraction", "0.2"]) == 0
+    args = ["train", "--config", "finetune-lora", "--init-from", str(source), "--out",
+            str(tmp_path), "--name", "sft", *TRAIN, "--set", f"data.path={store}", "--set",
+            "train.steps=4", "--set", "train.batch_size=16", "--set", "train.grad_accum=2",
+            "--set", "lora.targets=mlp", "--set", "lora.dropout=0.1", "--set", "train.lr=1e-2"]  # fmt: skip
+    assert main(args) == 0
+    _, params, _ = load_run(tmp_path / "sft")
+    _, base = import_hf(source)
+    assert all(np.array_equal(np.asarray(params[p].value), np.asarray(base[p].value)) for p in base)
+    moved = [p[-2:] for p in params if p[-1] == "lora_b" and np.any(np.asarray(params[p].value))]
+    assert sorted(moved) == [("gate_0", "lora_b"), ("linear_0", "lora_b"), ("linear_1", "lora_b")]
 
 
 def test_launch_says_trainable_and_total_parameters(source, tmp_path, capsys):
