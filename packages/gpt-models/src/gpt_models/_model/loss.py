@@ -156,8 +156,9 @@ def loss_fn(
 
     ``constrain(x, logical_axes)`` places activations (the trainer passes ``paramspec.constrain``
     with its mesh and rules). ``dropout_key`` (a ``jax.random.key``) makes it a training loss:
-    with ``model.dropout > 0`` the model's Rng is seeded with it and the forward pass drops; the
-    same key gives the same masks. Without it (evaluation) nothing is dropped.
+    with ``model.dropout`` or ``lora.dropout`` > 0 the model's Rng is seeded with it and the
+    forward pass drops; the same key gives the same masks. Without it (evaluation) nothing is
+    dropped.
 
     Raises:
         ValueError: a packed batch whose keys, shapes or dtypes do not fit (named in the message).
