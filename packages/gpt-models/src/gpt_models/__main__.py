@@ -1,5 +1,5 @@
 import sys
 
-from ._cli.main import main
+from ._cli.main import console
 
-sys.exit(main())
+sys.exit(console())

@@ -250,6 +250,17 @@ def _usage_error(message: str) -> int:
     return EXIT_USAGE
 
 
+def console() -> int:
+    """The ``gpt`` program (its console script and ``python -m gpt_models``): :func:`main` on
+    this process's command line. ``gpt train`` on CPU first restarts the process once with glibc's
+    start-up tunables, for a peak memory that is the same in every run (see ``host_memory.py``)."""
+    if _parser().parse_args().command == "train":  # --help and usage errors exit here, as in main
+        from .._training.host_memory import restart_with_start_tunables
+
+        restart_with_start_tunables()
+    return main()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``gpt`` command as a function: run it with ``argv`` and return the exit status.
 

@@ -14,8 +14,19 @@ it. Switching only after compiling keeps the compiler's own peak memory out of t
 (measured in a benchmark loop: peak RSS of the ~10M step 2.1 GB either way; 4.9-6.4 GB when both
 are set at start). XLA frees the scratch just after a step's outputs are ready, so each kept step
 runs inside :class:`await_scratch`, which holds the next step back until the block is free again;
-otherwise the heap grew by whole buffers. The default ``gpt train`` (tiny preset) peaks at 0.75 GB
-of RSS for 17.3k tokens/s, against 0.90 GB and 15.5k untuned (``benchmarks/gpt/RESULTS.md``).
+otherwise the heap grew by whole buffers. On its first kept step :class:`await_scratch` also leaves
+a free block of half a scratch in the heap (the plug): glibc serves a request from the smallest
+free block that fits it, so the small allocations made between steps land in the plug instead of
+splitting the free scratch block, which the next step then reuses whole. Without the plug about 4
+runs in 10 kept a second scratch block from the first steps on (tiny preset: 1.00 GiB of RSS
+instead of 0.70). The other cause of that second block is glibc's per-thread cache of small freed
+blocks (tcache): XLA asks for its scratch over-aligned, glibc gives back the few bytes it cut off
+either side, and while a worker thread's cache holds them as if in use, the freed scratch cannot
+merge with the free memory around it, and the next step's aligned request no longer fits it. The
+cache can only be turned off when the process starts (``GLIBC_TUNABLES``), so ``gpt train`` on CPU
+restarts itself once, before JAX starts, with :data:`START_TUNABLES` (:func:`restart_with_start_tunables`).
+With both, the default ``gpt train`` (tiny preset) peaks at 0.66 GiB of RSS in every run
+(``benchmarks/gpt/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
+import sys
 import time
 import weakref
 from typing import Any, ClassVar
@@ -47,7 +59,13 @@ _USER_TUNABLES = (
     "MALLOC_TRIM_THRESHOLD_",
     "MALLOC_TOP_PAD_",
 )
-_state = {"tuned": False, "kept": False}
+# glibc's settings that only a process's start can make (see the module's docstring): one malloc
+# arena for every thread, and no per-thread cache of freed blocks. What `gpt train` restarts with.
+START_TUNABLES = "glibc.malloc.arena_max=1:glibc.malloc.tcache_count=0"
+# glibc places each free block's links in its first bytes: a plug is "right below" its guard
+# when the guard starts within this many bytes of the plug's end (one chunk header, aligned).
+_CHUNK_OVERHEAD = 64
+_state = {"tuned": False, "kept": False, "plug": 0}
 
 
 def tune_host_allocator() -> bool:
@@ -163,11 +181,22 @@ class await_scratch:
     previous one is still taken, and the kept heap (:func:`keep_host_memory`) grows by a whole
     new buffer that then stays resident: ``gpt train`` on the ~10M peer shape settled at 1.97 GB,
     or 3.4 or 4.9 GB, depending on when that happened. Wrap each step, from its dispatch to
-    reading its outputs, and the next one starts only once the buffer is free again: the peak is
-    the same from run to run. Leaving polls glibc's in-use heap bytes (``mallinfo2``) until they
-    are within half a scratch buffer of what they were on entering, for at most ``timeout``
-    seconds; it does nothing while memory is not kept, where XLA gives no memory analysis, or on a
-    glibc older than 2.33. ``returned`` says whether the buffer was seen coming back.
+    reading its outputs, and the next one starts only once the buffer is free again. Leaving polls
+    glibc's in-use heap bytes (``mallinfo2``) until they are within half a scratch buffer of what
+    they were on entering, for at most ``timeout`` seconds. ``returned`` says whether the buffer
+    was seen coming back.
+
+    The free buffer must also stay whole until the next step asks for it: glibc serves any
+    request that no smaller free block fits from the free scratch buffer, and a buffer split that
+    way no longer holds the next scratch, so the heap grows by a whole new one (``gpt train``,
+    tiny preset: 1.00 GiB of RSS instead of 0.70 in about 4 runs of 10). So the first kept entry
+    for a compiled step leaves a free block of half its scratch size in the heap, kept apart from
+    the free top of the heap by a small block above it: every request between two steps smaller
+    than that finds a smaller free block than the scratch buffer's and goes there. It costs
+    address space, not memory (its pages are touched only as allocations use them).
+
+    Entering and leaving do nothing while memory is not kept, where XLA gives no memory analysis,
+    or on a glibc older than 2.33.
 
     Example:
         >>> import gpt_models, jax, jax.numpy as jnp
@@ -185,6 +214,10 @@ class await_scratch:
 
     def __enter__(self) -> await_scratch:
         self.before = heap_in_use() if self.scratch > 0 else None
+        if self.before is not None and _state["plug"] < self.scratch // 2:
+            _state["plug"] = self.scratch // 2  # one try per size: a failed one is not retried
+            _plant_plug(self.scratch // 2)
+            self.before = heap_in_use()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -196,6 +229,40 @@ class await_scratch:
                 self.returned = False
                 return
             time.sleep(0.0002)
+
+
+@functools.cache
+def _libc() -> Any:
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = libc.realloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    return libc
+
+
+def _plant_plug(size: int) -> bool:
+    """Leave a free block of ``size`` bytes in the kept heap that is not part of its free top.
+
+    Asks for two blocks of ``size``, the plug and then a guard: glibc carves each from the
+    smallest free block that holds it, so the guard comes from what the plug's source left (the
+    top of the heap, or the rest of a larger free block), right above the plug. The guard then
+    shrinks in place to a few bytes (its tail goes back to where it came from) and the plug is
+    freed: a free block that the guard keeps from merging into the free top, which glibc uses only
+    when no free block fits. Returns whether the guard was found right above the plug; when not,
+    both are freed again and the heap is as it was (the plug's source, a free block at least as
+    large, plays the plug's part while it is smaller than a scratch buffer).
+    """
+    libc = _libc()
+    plug = libc.malloc(size)
+    guard = libc.malloc(size) if plug else None
+    adjacent = bool(plug and guard and 0 <= guard - plug - size <= _CHUNK_OVERHEAD)
+    if adjacent:
+        guard = libc.realloc(guard, 1)  # never freed: 32 bytes, for as long as the process runs
+    else:
+        libc.free(guard)
+    libc.free(plug)
+    return adjacent
 
 
 def scratch_bytes(compiled: object) -> int:
@@ -244,10 +311,38 @@ def cpu_backend_only() -> bool:
     return not list(getattr(jax_plugins, "__path__", []))
 
 
+def restart_with_start_tunables() -> None:
+    """Restart this process from its command line with :data:`START_TUNABLES` in its environment.
+
+    For the ``gpt`` program before ``gpt train`` starts JAX: it replaces the process (same id,
+    same standard streams) and never returns, except where it does not apply, changing nothing:
+    not glibc on Linux, JAX started already or not on its CPU backend alone, the environment
+    already tuning glibc's malloc (the user's settings win; after the restart, ours), or the
+    restart itself failing.
+    """
+    if (
+        platform.system() != "Linux"
+        or platform.libc_ver()[0] != "glibc"
+        or any(name in os.environ for name in _USER_TUNABLES)
+        or compat.backends_initialized()
+        or not cpu_backend_only()
+    ):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    env = dict(os.environ, GLIBC_TUNABLES=START_TUNABLES)
+    # argv[0] is this interpreter's own path: Python finds its environment (a venv) from it.
+    with contextlib.suppress(OSError):
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
 def _set_one_arena() -> bool:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     tunables = [name for name in _USER_TUNABLES if name in os.environ]
+    if tunables == ["GLIBC_TUNABLES"] and os.environ["GLIBC_TUNABLES"] == START_TUNABLES:
+        _state["tuned"] = True  # restarted with our start-up tunables: one arena already
+        return True
     if tunables == ["MALLOC_ARENA_MAX"] and os.environ["MALLOC_ARENA_MAX"].strip() == "1":
         _state["tuned"] = True  # one arena from the process's start: what we set, only earlier
         return True
