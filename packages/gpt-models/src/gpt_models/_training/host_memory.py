@@ -65,7 +65,8 @@ START_TUNABLES = "glibc.malloc.arena_max=1:glibc.malloc.tcache_count=0"
 # glibc places each free block's links in its first bytes: a plug is "right below" its guard
 # when the guard starts within this many bytes of the plug's end (one chunk header, aligned).
 _CHUNK_OVERHEAD = 64
-_state = {"tuned": False, "kept": False, "plug": 0}
+_state = {"tuned": False, "kept": False}
+_plug = {"size": 0}  # the largest plug asked for in this process (see await_scratch)
 
 
 def tune_host_allocator() -> bool:
@@ -214,8 +215,8 @@ class await_scratch:
 
     def __enter__(self) -> await_scratch:
         self.before = heap_in_use() if self.scratch > 0 else None
-        if self.before is not None and _state["plug"] < self.scratch // 2:
-            _state["plug"] = self.scratch // 2  # one try per size: a failed one is not retried
+        if self.before is not None and _plug["size"] < self.scratch // 2:
+            _plug["size"] = self.scratch // 2  # one try per size: a failed one is not retried
             _plant_plug(self.scratch // 2)
             self.before = heap_in_use()
         return self
