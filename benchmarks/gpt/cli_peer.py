@@ -21,6 +21,13 @@ byte-level, 256 ids), which does not change the time of a step.
     python benchmarks/gpt/cli_peer.py --pairs 2 --out benchmarks/gpt/cli_peer.json \\
         --plot benchmarks/gpt/cli_peer_rss.png
 
+Several ``gpt train`` environments alternate in each pair with ``--gpt LABEL=PYTHON`` (repeated),
+e.g. JAX 0.10.2 (Python 3.11, ``.venv``) beside JAX 0.12 (Python 3.13, made with
+``UV_PROJECT_ENVIRONMENT=.venv313 uv sync --locked --all-packages -p 3.13``):
+
+    python benchmarks/gpt/cli_peer.py --pairs 5 --shapes tiny \\
+        --gpt "jax 0.10.2=.venv/bin/python" --gpt "jax 0.12=.venv313/bin/python"
+
 The machine is shared: read the per-pair ratios and the load average printed with each row.
 """
 
@@ -104,7 +111,7 @@ def run_torch(shape: str, torch_python: str) -> dict:
             "steps": info["steps"]}  # fmt: skip
 
 
-def gpt_command(shape: str, out: Path) -> list[str]:
+def gpt_command(shape: str, out: Path, python: str) -> list[str]:
     d, L, H, T, B, _, steps = SHAPES[shape]
     sets = {
         "model.d_model": d, "model.n_layers": L, "model.n_heads": H, "model.seq_len": T,
@@ -116,13 +123,13 @@ def gpt_command(shape: str, out: Path) -> list[str]:
         "sample.max_new_tokens": 32,
     }  # fmt: skip
     flags = [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
-    return [str(ROOT / ".venv" / "bin" / "gpt"), "train", *flags, "--out", str(out), "--name", "r"]
+    return [python, "-m", "gpt_models", "train", *flags, "--out", str(out), "--name", "r"]
 
 
-def run_gpt(shape: str, extra_env: dict[str, str] | None = None) -> dict:
+def run_gpt(shape: str, python: str, extra_env: dict[str, str] | None = None) -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu", WANDB_MODE="disabled", **(extra_env or {}))
     with tempfile.TemporaryDirectory() as tmp:
-        got = measure(gpt_command(shape, Path(tmp)), env)
+        got = measure(gpt_command(shape, Path(tmp), python), env)
         with open(Path(tmp) / "r" / "metrics.csv") as f:
             rows = [r for r in csv.DictReader(f) if r.get("tokens_per_s")]
     # The last row's rate includes the final evaluation: the one before it is the loop's own.
@@ -164,7 +171,13 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="write every run (with RSS series) as JSON here")
     p.add_argument("--plot", type=Path, help="PNG of RSS over time for the ~10M pair")
     p.add_argument("--only-gpt", action="store_true", help="skip torch (quick gpt train checks)")
+    p.add_argument(
+        "--gpt", action="append", metavar="LABEL=PYTHON",
+        help="a gpt train to time: the Python (a venv's) that runs `-m gpt_models`; repeat to "
+        "alternate several (e.g. one per JAX version); default: this checkout's .venv",
+    )  # fmt: skip
     args = p.parse_args()
+    gpts = dict(x.split("=", 1) for x in args.gpt or [f"gpt train={ROOT / '.venv/bin/python'}"])
     results: dict[str, list[dict]] = {}
     for shape in args.shapes.split(","):
         results[shape] = []
@@ -172,12 +185,13 @@ def main() -> None:
             pair = {"load_before": os.getloadavg()}
             if not args.only_gpt:
                 pair["torch"] = run_torch(shape, args.torch_python)
-            pair["gpt"] = run_gpt(shape)
+            for label, python in gpts.items():
+                pair[label] = run_gpt(shape, python)
             pair["load_after"] = os.getloadavg()
             results[shape].append(pair)
             if args.out:  # after every pair: a run cut short keeps what it measured
                 args.out.write_text(json.dumps(results, indent=1))
-            t, g = pair.get("torch"), pair["gpt"]
+            t = pair.get("torch")
             print(
                 f"{shape}: "
                 + (
@@ -185,15 +199,19 @@ def main() -> None:
                     if t
                     else ""
                 )
-                + f"gpt train {g['tokens_per_s']:,.0f} tok/s {g['peak_rss'] / 1e9:.2f} GB "
-                f"split {g['split']}"
-                + (f" | ratio {g['tokens_per_s'] / t['tokens_per_s']:.2f}" if t else "")
+                + " | ".join(
+                    f"{label} {g['tokens_per_s']:,.0f} tok/s {g['peak_rss'] / 1e9:.2f} GB"
+                    + (f" ({g['tokens_per_s'] / t['tokens_per_s']:.2f}x)" if t else "")
+                    for label in gpts
+                    for g in [pair[label]]
+                )
                 + f" | load {pair['load_before'][0]:.2f}->{pair['load_after'][0]:.2f}",
                 flush=True,
             )
     if args.plot and "~10M" in results:
         last = results["~10M"][-1]
-        runs = {"gpt train": last["gpt"]} | ({"PyTorch": last["torch"]} if "torch" in last else {})
+        runs = {label: last[label] for label in gpts}
+        runs |= {"PyTorch": last["torch"]} if "torch" in last else {}
         plot(runs, args.plot, "RSS over time, ~10M shape (d384 L6 ctx256 b16), 2 CPU cores")
 
 

@@ -79,20 +79,25 @@ def tune_host_allocator() -> bool:
     glibc later hands on to some of XLA's threads (a script starting such a thread first: 3 of 7
     runs peaked at 1.37 GB instead of 0.79 GB); if your script starts threads before it, run it with
     ``MALLOC_ARENA_MAX=1`` in the environment instead, the same setting from the process's start
-    (this then returns ``True`` and changes nothing). Then call :func:`keep_host_memory` once the
+    (this then returns ``True`` and changes nothing), or better with
+    ``GLIBC_TUNABLES=glibc.malloc.arena_max=1:glibc.malloc.tcache_count=0``, what ``gpt train``
+    restarts itself with: one arena from the start and no per-thread cache of freed blocks, whose
+    keeping of a few bytes either side of a freed scratch buffer otherwise made about 4 runs in 10
+    keep a second one (see the module's docstring). Then call :func:`keep_host_memory` once the
     steps are compiled. Measured on 2 cores: 1.4x tokens/s on the tiny peer shape, 1.24x on the ~10M
     one, with no page faults per step (``benchmarks/gpt/PROFILE.md``). The process keeps one scratch
     buffer in its heap between steps (wrap each step in :class:`await_scratch`); to leave the
     allocator as glibc sets it (for ``gpt train``: set any ``MALLOC_*`` variable, e.g.
     ``MALLOC_ARENA_MAX=8``).
 
-    ``gpt train`` does both itself when JAX can only start its CPU backend (``gpt eval`` and
-    ``gpt sample`` the first).
+    ``gpt train`` does both itself when JAX can only start its CPU backend, after restarting with
+    those tunables (``gpt eval`` and ``gpt sample`` the first, without restarting).
 
     Returns:
-        ``True`` when applied (or set already by ``MALLOC_ARENA_MAX=1``); ``False``, changing
-        nothing, where the C library is not glibc or the environment already tunes glibc's malloc
-        otherwise (``GLIBC_TUNABLES``, ``MALLOC_ARENA_MAX=4``, ...): your settings win.
+        ``True`` when applied (or set already by ``MALLOC_ARENA_MAX=1`` or the tunables above);
+        ``False``, changing nothing, where the C library is not glibc or the environment already
+        tunes glibc's malloc otherwise (``GLIBC_TUNABLES``, ``MALLOC_ARENA_MAX=4``, ...): your
+        settings win.
 
     Raises:
         RuntimeError: JAX has already started its backends.
