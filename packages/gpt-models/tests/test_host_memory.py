@@ -192,7 +192,7 @@ def test_await_scratch_starts_the_next_step_only_once_the_scratch_buffer_is_free
 
 
 _SPLIT_SCRATCH = """
-import ctypes, sys, time
+import ctypes
 import gpt_models
 gpt_models.tune_host_allocator()
 import jax, jax.numpy as jnp
@@ -214,14 +214,8 @@ gpt_models.keep_host_memory()
 scratch = step.memory_analysis().temp_size_in_bytes
 
 def one_step():
-    if sys.argv[1] == "await_scratch":
-        with gpt_models.await_scratch(step):
-            step(x, w).block_until_ready()
-    else:  # the same wait for the scratch buffer to be free, by hand
-        before = libc.mallinfo2().uordblks
+    with gpt_models.await_scratch(step):
         step(x, w).block_until_ready()
-        while libc.mallinfo2().uordblks > before + scratch // 2:
-            time.sleep(0.001)
 
 one_step()
 # A free block a little larger than a scratch buffer below the top of the heap, as the compiler's
@@ -253,7 +247,7 @@ def test_an_allocation_between_steps_does_not_split_the_free_scratch_buffer():
     # the freed scratch from being reused (the next test says why).
     env = _untuned_env() | {"JAX_PLATFORMS": "cpu", "GLIBC_TUNABLES": START_TUNABLES}
     proc = subprocess.run(
-        [sys.executable, "-c", _SPLIT_SCRATCH, "await_scratch"],
+        [sys.executable, "-c", _SPLIT_SCRATCH],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
