@@ -177,19 +177,25 @@ def _resolved_vocab(cfg: Config, run: str | None) -> tuple[Config, str | None]:
 
 
 def sample_command(args: argparse.Namespace) -> int:
-    """``gpt sample``: text from a run's newest checkpoint; defaults from its ``[sample]``."""
+    """``gpt sample``: text from a run's newest checkpoint; defaults from its ``[sample]``.
+
+    A run trained on chat data (unless ``--raw``): the prompt as a user turn, the reply alone.
+    """
     from .._data.run_tokenizer import run_tokenizer
     from .._runs.folders import load_run
-    from .._training.evaluate import sample_lengths, sample_text
+    from .._runs.resolve import run_chat_format
+    from .._training.evaluate import sample_lengths, sample_reply
     from .._training.plans import plan_sample
     from .eval_report import run_preflight
 
     run = _chosen_run(args)
     cfg = _run_config(args, run, _SAMPLE_KEYS) or run_config(run)
     tok = run_tokenizer(run, cfg)
+    chat = None if args.raw else run_chat_format(run, cfg)
+    stop = chat.end_of_turn_ids[0] if chat is not None and chat.end_of_turn_ids else None
     s = cfg.sample
     try:
-        ids, n = sample_lengths(cfg, tok, args.prompt, args.max_new_tokens)
+        ids, n = sample_lengths(cfg, tok, args.prompt, args.max_new_tokens, chat)
         if args.max_new_tokens is not None and n < args.max_new_tokens:
             print(
                 f"note: --max-new-tokens {args.max_new_tokens} capped to {n}: the prompt "
@@ -202,21 +208,29 @@ def sample_command(args: argparse.Namespace) -> int:
             cfg, len(ids), n, temperature=s.temperature if args.temperature is None else args.temperature,
             top_k=(s.top_k or None) if args.top_k is None else args.top_k,
             top_p=(s.top_p if s.top_p < 1 else None) if args.top_p is None else args.top_p,
-            stream=sys.stderr,
+            stream=sys.stderr, stop_token=stop,
         )  # fmt: skip
         if run_preflight(args, plan):
             return 0
         cfg, params, _ = load_run(run, cfg)
-        text = sample_text(
+        text, ended = sample_reply(
             params, cfg, prompt=args.prompt, max_new_tokens=n,
             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-            tokenizer=tok,
+            tokenizer=tok, chat=chat,
         )  # fmt: skip
     except ValueError as err:  # too long for the context, empty prompt, bad sampling options
         if isinstance(err, UsageError):
             raise
         raise UsageError(str(err)) from err
     print(text)
+    if chat is not None and not ended:
+        print(
+            f"note: the reply did not end within {n} new tokens (no {chat.end_of_turn_text!r}, "
+            "the end of an assistant turn); raise --max-new-tokens to read on."
+            if chat.end_of_turn_text.strip()
+            else f"note: {chat.note}",
+            file=sys.stderr,
+        )
     return 0
 
 

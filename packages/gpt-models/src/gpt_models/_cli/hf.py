@@ -57,9 +57,11 @@ def import_command(args: argparse.Namespace) -> int:
 def export_command(args: argparse.Namespace) -> int:
     """``gpt export``: a run's newest checkpoint, with its tokenizer, as a Hugging Face folder."""
     from .._data.run_tokenizer import run_tokenizer
+    from .._errors import DataError
     from .._model.lora import lora_summary, model_of
     from .._runs.folders import check_run_folder, load_run
     from .._runs.hf_export import export_hf
+    from .._runs.resolve import run_chat_format
     from .empty_values import refuse_empty
 
     example = "gpt export runs/<name> hf/<name>"
@@ -69,9 +71,24 @@ def export_command(args: argparse.Namespace) -> int:
     if args.adapter:
         return _export_adapter(run, cfg, params, step, args)
     tok = run_tokenizer(run, cfg)
+    try:
+        chat = run_chat_format(run, cfg)
+    except DataError as err:  # the weights still export; the note says what the folder lacks
+        chat = None
+        print(f"note: the export carries no chat template: {err}", file=sys.stderr)
     fits = tok.vocab_size <= cfg.model.real_vocab  # not: imported weights without a tokenizer
-    out = export_hf(cfg, params, args.out, dtype=args.dtype, tokenizer=tok if fits else None)
+    out = export_hf(cfg, params, args.out, dtype=args.dtype, tokenizer=tok if fits else None,
+                    chat=chat)  # fmt: skip
     print(f"exported {run} (step {step}) to {out}")
+    if chat is not None and fits and chat.end_of_turn_ids:
+        print(
+            f"note: {run} was trained on chat data: {out} carries its chat template "
+            "(tokenizer.apply_chat_template) and generate stops at the end of an assistant turn "
+            f"({chat.end_of_turn_text!r}, id {chat.end_of_turn_ids[0]}).",
+            file=sys.stderr,
+        )
+    elif chat is not None and fits:
+        print(f"note: {out} carries the run's chat template. {chat.note}", file=sys.stderr)
     if cfg.lora.enabled:
         print(
             f"note: the LoRA adapters ({lora_summary(model_of(cfg))}) are merged into the "

@@ -174,7 +174,13 @@ def _run_args(p: argparse.ArgumentParser, keys: str, example: str) -> None:
 def _sample_parser(p: argparse.ArgumentParser) -> None:
     _run_args(p, "sample.* keys", "sample.max_new_tokens=32")
     p.add_argument("--prompt", default=None,
-                   help="text to continue (default: sample.prompt of the run's config)")  # fmt: skip
+                   help="text to continue (default: sample.prompt of the run's config); for a run "
+                        "trained on chat data, the user's message: it is written as one user turn "
+                        "with the run's chat template, generation stops at the end of the "
+                        "assistant's turn, and only the reply is printed")  # fmt: skip
+    p.add_argument("--raw", action="store_true",
+                   help="a run trained on chat data: continue the prompt as plain text, as for "
+                        "any other run (no chat template, no stop at the end of a turn)")  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens to generate (default: sample.max_new_tokens); capped, with a note, so that "
                         "the prompt and the new tokens fit in model.seq_len")  # fmt: skip

@@ -89,6 +89,8 @@ def prepare_command(args: argparse.Namespace) -> int:
         f"{len(m['shards']['train']) + len(m['shards']['val'])} shards, "
         f"{m['undecodable_bytes']} undecodable bytes replaced."
     )
+    if m.get("chat_format"):
+        _say_end_of_turn(m["chat_format"])
     if docs["val"] == 0:  # --val-fraction 0: a train-only store, which gpt train refuses
         fix = result.val_fix or "a --val-fraction above 0"
         print(
@@ -102,3 +104,15 @@ def prepare_command(args: argparse.Namespace) -> int:
         + (" --set data.tokenizer=bpe" if m["tokenizer"]["kind"] == "bpe" else "")
     )
     return 0
+
+
+def _say_end_of_turn(chat: dict[str, object]) -> None:
+    """Which token ends an assistant turn, where ``gpt sample`` and an export stop (or why none)."""
+    ids = chat["end_of_turn_ids"]
+    if not ids:
+        print(f"note: {chat['note']}", file=sys.stderr)
+        return
+    print(
+        f"Chat template: {chat['template_file']}; an assistant turn ends with "
+        f"{chat['end_of_turn_text']!r} (id {ids[0]}), where gpt sample and exported models stop."  # type: ignore[index]
+    )

@@ -22,6 +22,9 @@ from typing import Any
 from .._errors import DataError
 
 CONFIG = "tokenizer_config.json"
+# What stands for an assistant's content to find the text a template puts around it; no
+# whitespace, so that a template's trim leaves it whole.
+CONTENT_MARK = "\x00\x01counted-content\x01\x00"
 JINJA_FILE = "chat_template.jinja"
 _SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
             "mask_token")  # fmt: skip
@@ -43,6 +46,13 @@ class ChatTemplate:
         blob = json.dumps([self.source, self.variables], sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()
 
+    def text(self, messages: list[dict[str, str]], *, add_generation_prompt: bool = False) -> str:
+        """The template's text for ``messages``; raises whatever the template raises."""
+        return str(self.compiled.render(
+            messages=messages, tools=None, documents=None,
+            add_generation_prompt=add_generation_prompt, **self.variables,
+        ))  # fmt: skip
+
     def render(self, messages: list[dict[str, str]], where: str) -> str:
         """The text of ``messages`` (``add_generation_prompt`` false).
 
@@ -51,8 +61,7 @@ class ChatTemplate:
                 error), naming the template's file, the line ``where`` and Jinja's message.
         """
         try:
-            return str(self.compiled.render(messages=messages, tools=None, documents=None,
-                                            add_generation_prompt=False, **self.variables))  # fmt: skip
+            return self.text(messages)
         except (
             Exception
         ) as err:  # Jinja raises TemplateError subclasses, and whatever the code does
@@ -101,7 +110,7 @@ def find_chat_template(tokenizer_json: Path) -> ChatTemplate | None:
             f"{file}: chat_template is {type(source).__name__}, expected the template's text (a "
             'string, or a list of {"name", "template"} with a "default").'
         )
-    return ChatTemplate(file, source, _variables(config), _compile(source, file))
+    return ChatTemplate(file, source, _variables(config), compile_template(source, file))
 
 
 def _variables(config: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +130,12 @@ def _variables(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _compile(source: str, file: Path) -> Any:
+def compile_template(source: str, file: Path) -> Any:
+    """``source`` compiled as transformers compiles a chat template (see the module docstring).
+
+    Raises:
+        DataError: not valid Jinja, naming ``file`` and the line.
+    """
     from jinja2 import TemplateError, TemplateSyntaxError, nodes
     from jinja2.ext import Extension
     from jinja2.sandbox import ImmutableSandboxedEnvironment

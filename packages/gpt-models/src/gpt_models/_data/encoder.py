@@ -35,6 +35,12 @@ class Encoder:
             self.vocab_size, self.eot_id = tok.get_vocab_size(), int(eot)
             self.json = tok.to_str(pretty=False)
 
+    @property
+    def eot_text(self) -> str:
+        """The end-of-text token as text, which the tokenizer maps back to its one id (an added
+        token is matched whole, and splits the text around it: no merge across its edges)."""
+        return "\0" if self.tok is None else str(self.tok.id_to_token(self.eot_id))
+
     def sha256(self) -> str:
         return tokenizer_sha256(self.json)
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from .._errors import DataError
 from .bpe import MAX_VOCAB, MIN_VOCAB
+from .chat_format import FIELD, add_chat_format, chat_format_of
 from .chat_template import ChatTemplate, find_chat_template
 from .chunks import Meter, chunks, threaded
 from .encoder import Encoder, make_encoder
@@ -167,6 +168,8 @@ def prepare(
         manifest = read_manifest(out)
         _same_settings(out, manifest.get("settings"), settings, MANIFEST)
         check_shards(out, shard_records(manifest), full_hash=True)
+        if manifest.get("kind") == "chat" and FIELD not in manifest:
+            manifest = add_chat_format(out, manifest, template)
         return PrepareResult(out, manifest, up_to_date=True, skipped=skipped)
     fresh = not (out / STATE).is_file()
     created = claim(out) if fresh else []  # a new or empty folder; anything else is refused here
@@ -269,7 +272,9 @@ def _run(job: _Job, state: dict[str, Any], tokenizer: str,
         _write(job, state, enc, writers)
         shards = {s: w.close() for s, w in writers.items()}
         dtype = id_dtype(enc.vocab_size)
-        manifest = store_manifest(state["settings"], sources, state["stats"], shards, enc, dtype)
+        chat = chat_format_of(enc, job.template) if job.expect.kind == "chat" else None
+        manifest = store_manifest(state["settings"], sources, state["stats"], shards, enc, dtype,
+                                  chat)  # fmt: skip
         fix = _check_split(manifest, state, sources)
     except DataError:
         for w in writers.values():

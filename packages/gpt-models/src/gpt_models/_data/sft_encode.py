@@ -28,10 +28,9 @@ from typing import Any
 import numpy as np
 
 from .._errors import DataError
+from .chat_template import CONTENT_MARK as _MARK
 from .chat_template import ChatTemplate
 from .encoder import Encoder
-
-_MARK = "\x00\x01counted-content\x01\x00"  # no whitespace: survives a template's trim
 
 
 class ExampleEncoder:
@@ -39,9 +38,7 @@ class ExampleEncoder:
 
     def __init__(self, kind: str, enc: Encoder, template: ChatTemplate | None) -> None:
         self.kind, self.enc, self.template = kind, enc, template
-        # the end-of-text token as text, which the tokenizer maps back to its one id (an added
-        # token is matched whole, and splits the text around it: no merge across its edges)
-        self.eot = "\0" if enc.tok is None else str(enc.tok.id_to_token(enc.eot_id))
+        self.eot = enc.eot_text
         if enc.tok is not None and (kind == "completion" or template is None):
             got = enc.tok.encode(self.eot, add_special_tokens=False).ids
             if got != [enc.eot_id]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .chat_format import FIELD, ChatFormat
 from .encoder import Encoder
 from .manifest import FORMAT, SFT_VERSION, SPLITS, VERSION
 from .out_folder import TOKENIZER_JSON
@@ -28,7 +29,9 @@ def store_manifest(
     shards: dict[str, list[dict[str, Any]]],
     enc: Encoder,
     dtype: np.dtype[Any],
+    chat: ChatFormat | None = None,
 ) -> dict[str, Any]:
+    """The manifest; ``chat``: a chat store's format, which later commands read (``chat_format.py``)."""
     sft = "kind" in settings
     stats = stats + [new_stats(sft)] * (len(sources) - len(stats))
     fields = {} if not sft else sft_manifest(settings["kind"], shards) | {"masked_tokens": {
@@ -57,5 +60,6 @@ def store_manifest(
         "tokens": {s: sum(r["tokens"] for r in shards[s]) for s in SPLITS},
         "shards": {s: shards[s] for s in SPLITS},
         **fields,
+        **({} if chat is None else {FIELD: chat.to_json()}),
         "settings": settings,
     }

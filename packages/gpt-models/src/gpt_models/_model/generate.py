@@ -136,7 +136,7 @@ def _options(
 
 def compile_generate(
     params: Any, prompt_len: int, config: Any, *, max_new_tokens: int, temperature: float = 1.0,
-    top_k: int | None = None, top_p: float | None = None,
+    top_k: int | None = None, top_p: float | None = None, stop_token: int | None = None,
 ) -> Any:  # fmt: skip
     """The program ``generate`` runs for one prompt of ``prompt_len`` tokens, compiled ahead of time.
 
@@ -147,7 +147,8 @@ def compile_generate(
     prompt = jax.ShapeDtypeStruct((1, prompt_len), jnp.int32)
     key = jax.eval_shape(lambda: jax.random.key(0))
     options = _options(cfg, prompt_len, max_new_tokens, temperature, top_k, top_p)
-    return _generate_cached.lower(params, prompt, key, cfg, max_new_tokens, options, None).compile()
+    return _generate_cached.lower(params, prompt, key, cfg, max_new_tokens, options,
+                                  stop_token).compile()  # fmt: skip
 
 
 def _loop(

@@ -63,11 +63,14 @@ def check_run_folder(run_dir: str | Path, *, flag: str) -> Path:
 
 # What a run writes before its config.toml (that is written once the launch is accepted): a folder
 # holding only these is a run whose first launch stopped early.
-_EARLY_NAMES = frozenset({"lock", "checkpoints", "metrics", "tokenizer.json", "profile"})
+_EARLY_NAMES = frozenset(
+    {"lock", "checkpoints", "metrics", "tokenizer.json", "chat_format.json", "profile"}
+)
 # The files and folders a run writes; none of them may be a symbolic link (a write would land
 # wherever it points).
 _RUN_NAMES = ("lock", "config.toml", "checkpoints", "metrics", "metrics.csv", "loss.png",
-              "sample.txt", "tokenizer.json", "tensorboard", "profile", "train.log")  # fmt: skip
+              "sample.txt", "tokenizer.json", "chat_format.json", "tensorboard", "profile",
+              "train.log")  # fmt: skip
 
 
 def check_run_target(run: Path, *, resume: bool) -> None:

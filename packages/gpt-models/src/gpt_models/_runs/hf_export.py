@@ -14,6 +14,11 @@ The end-of-text token is the tokenizer's own: NUL (id 0) for the byte tokenizer,
 a BPE it trains); none in a BPE that ``gpt train`` trained on text (those runs never saw one).
 The beginning-of-text token is the tokenizer's own when it has one, else the end-of-text token
 (GPT-2's convention); padding is the end-of-text token.
+
+A run trained on chat data also writes its chat template (``chat_template`` in
+``tokenizer_config.json``, with the special tokens the template reads) and puts the token that
+ends an assistant turn (``<|im_end|>``) first in ``eos_token_id``, a list with the end-of-text id:
+``generate`` stops at the end of a reply instead of writing the next turns.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import blox as bx
 from .._config.schema import ModelConfig
 from .._data.bpe import BPETokenizer, end_of_text_id
 from .._data.byte_tokenizer import ByteTokenizer
+from .._data.chat_format import ChatFormat
 from .._data.run_tokenizer import TOKENIZER_FILE
 from .._errors import CheckpointFormatError, UsageError
 from .._model.gpt import gpt
@@ -41,6 +47,7 @@ from .folders import check_new_path, new_folder
 from .hf_folder import check_dtype, parse_tokenizer
 
 BEGIN_OF_TEXT = ("<|begin_of_text|>", "<s>", "<bos>")
+_NAMED = ("bos_token", "eos_token", "pad_token", "unk_token")
 _FIX = "Pass a new folder path, e.g. gpt export RUN exported/NAME."
 _WRITE_FIX = "Pass an OUT_DIR on a writable file system with space to spare."
 
@@ -52,6 +59,7 @@ def export_hf(
     *,
     dtype: str = "float32",
     tokenizer: str | Path | ByteTokenizer | BPETokenizer | None = None,
+    chat: ChatFormat | None = None,
 ) -> Path:
     """Write ``params`` as a Hugging Face folder that transformers loads and generates with.
 
@@ -60,7 +68,11 @@ def export_hf(
     weights (``W + alpha / rank * a @ b``): a plain model. The model must be GPT-2-shaped
     (layernorm, learned positions, gelu, tied head, biases) or Llama-shaped (rmsnorm, rope,
     swiglu, no biases). ``tokenizer`` (a tokenizer, or a tokenizer.json file, copied as it is)
-    adds ``tokenizer.json``, ``tokenizer_config.json`` and its special-token ids. ``path`` must
+    adds ``tokenizer.json``, ``tokenizer_config.json`` and its special-token ids. ``chat``, the
+    chat format of a run trained on chat data (``gpt export`` passes the run's), adds its template
+    to ``tokenizer_config.json`` (``chat_template``, with the special tokens it reads) and its
+    end-of-turn id to ``eos_token_id``, so that ``apply_chat_template`` writes prompts as the run
+    read them and ``generate`` stops at the end of the reply. ``path`` must
     not exist; the folder is written beside it and renamed into place, with modes from the umask,
     so a failure leaves nothing behind.
 
@@ -75,7 +87,7 @@ def export_hf(
     target = Path(path)
     check_new_path(target, what="OUT_DIR", fix=_FIX)
     params = merged_params(config, params)
-    files, special = _tokenizer_files(tokenizer, m)
+    files, special = _tokenizer_files(tokenizer, m, chat)
     hf_config = {**layout.hf_config(m, dtype), **special}
     files = {"config.json": hf_config, "generation_config.json": special, **files}
     tensors = _hf_tensors(layout, m, params, dtype)
@@ -156,12 +168,14 @@ def _to_numpy(array: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _tokenizer_files(
-    tokenizer: str | Path | ByteTokenizer | BPETokenizer | None, m: ModelConfig
-) -> tuple[dict[str, Any], dict[str, int | None]]:
+    tokenizer: str | Path | ByteTokenizer | BPETokenizer | None,
+    m: ModelConfig,
+    chat: ChatFormat | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The tokenizer's files (name -> text or JSON object) and the special-token ids."""
-    special: dict[str, int | None] = dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id"))
+    special: dict[str, Any] = dict.fromkeys(("bos_token_id", "eos_token_id", "pad_token_id"))
     if tokenizer is None:
-        return {}, special
+        return {}, _end_of_turn(special, chat)
     text = _tokenizer_text(tokenizer)
     tok, ids = parse_tokenizer(text, f"export_hf(tokenizer={tokenizer!r})")
     if ids > m.real_vocab:
@@ -182,13 +196,27 @@ def _tokenizer_files(
         for key in ("bos_token", "eos_token", "pad_token")
         if (i := special[f"{key}_id"]) is not None and (token := tok.id_to_token(i)) in added
     }
+    if chat is not None:  # the special tokens as the template saw them (e.g. eos_token <|im_end|>)
+        names |= {k: v for k, v in chat.variables.items() if k in _NAMED and v in added}
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": m.seq_len,
         "clean_up_tokenization_spaces": False,
         **names,
+        **({} if chat is None else {"chat_template": chat.template}),
     }
-    return {TOKENIZER_FILE: text, "tokenizer_config.json": tokenizer_config}, special
+    files = {TOKENIZER_FILE: text, "tokenizer_config.json": tokenizer_config}
+    return files, _end_of_turn(special, chat)
+
+
+def _end_of_turn(special: dict[str, Any], chat: ChatFormat | None) -> dict[str, Any]:
+    """``special`` with a chat's end-of-turn id first in ``eos_token_id`` (a list with the
+    end-of-text id after it: transformers' generate stops at any of them)."""
+    if chat is None or not chat.end_of_turn_ids:
+        return special
+    ids = [*chat.end_of_turn_ids, special["eos_token_id"]]
+    ids = list(dict.fromkeys(i for i in ids if i is not None))
+    return special | {"eos_token_id": ids[0] if len(ids) == 1 else ids}
 
 
 def _tokenizer_text(tokenizer: str | Path | ByteTokenizer | BPETokenizer) -> str:

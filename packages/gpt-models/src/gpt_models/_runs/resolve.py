@@ -8,6 +8,10 @@ warmup is fitted to the run and ``model.vocab_size`` follows the tokenizer. ``gp
 result to ``config.toml``; ``--resume``, ``--auto-resume``, ``gpt eval``, ``sample`` and ``export``
 read that file, so each works from any directory and sees the same data the run trained on.
 
+A run on a chat store keeps the store's chat format (its template and end-of-turn token) in the
+run folder as ``chat_format.json`` (:func:`data_chat_format` reads it from the data when the run
+starts); ``gpt sample`` and ``gpt export`` read it with :func:`run_chat_format`.
+
 The source of ``init.source`` (a run folder or a Hugging Face folder) is read once per process
 (:func:`init_source`): its architecture becomes the new run's, and its tokenizer the run's tokenizer.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import json
 import os
 from pathlib import Path
 from typing import TextIO
@@ -24,10 +29,11 @@ from typing import TextIO
 from .._config.schema import BUILTIN_TOKENIZERS, Config, DataConfig, ModelConfig, fit_warmup
 from .._config.sources import DataSource
 from .._config.toml import load_config
+from .._data.chat_format import ChatFormat, manifest_chat_format, read_chat_format
 from .._data.corpus import Tokenizer, bin_files
 from .._data.mixture import missing_source
 from .._data.run_tokenizer import prepare_tokenizer
-from .._data.store import is_store
+from .._data.store import is_store, read_manifest
 from .._errors import ConfigError, DataError
 
 # What data.path can hold (data.kind), as the messages name it.
@@ -38,6 +44,8 @@ DATA_KINDS = {
     "store": "a token store made by gpt prepare",
     "mixture": "a mixture of data.sources",
 }
+# Where a run trained on chat data keeps the chat format of its data (``_data/chat_format.py``).
+CHAT_FILE = "chat_format.json"
 # Model keys that may differ from the weights a run starts from or resumes: how the same weights
 # are computed (the attention kernel, compute dtype, remat, scan), stored or regularised (dropout).
 FREE_KEYS = ("dtype", "param_dtype", "remat", "scan_layers", "init_std", "dropout", "attention")
@@ -142,6 +150,51 @@ def resolve_config(
     if not resume:
         check_init_source(cfg, tokenizer)
     return cfg, tokenizer
+
+
+def data_chat_format(cfg: Config) -> ChatFormat | None:
+    """The chat format of the data ``cfg`` (resolved) trains on: a chat store's; None for any other
+    data (text, completion examples, a mixture, which holds no example stores).
+
+    Raises:
+        DataError: a chat store prepared before stores recorded it, or a damaged record.
+    """
+    store = Path(cfg.data.path)
+    if cfg.data.kind != "store" or not is_store(store):
+        return None
+    manifest = read_manifest(store)
+    return manifest_chat_format(manifest, store) if manifest.get("kind") == "chat" else None
+
+
+def training_chat_format(cfg: Config, stream: TextIO) -> ChatFormat | None:
+    """:func:`data_chat_format` as ``gpt train`` takes it: a chat store that cannot give it
+    (prepared before stores recorded it) still trains, with a note on ``stream`` saying how to fix
+    it for later; its sample.txt then continues sample.prompt as plain text."""
+    try:
+        return data_chat_format(cfg)
+    except DataError as err:
+        print(f"note: {err} Until then, sample.txt continues sample.prompt as plain text.",
+              file=stream)  # fmt: skip
+        return None
+
+
+def run_chat_format(run: str | Path, cfg: Config) -> ChatFormat | None:
+    """The chat format a run was trained with (None: not on chat data): the one ``gpt train``
+    kept in the run folder, or for a run trained before runs kept it, its data's.
+
+    Raises:
+        DataError: the kept file is damaged, or the run's chat store does not record it.
+    """
+    kept = Path(run) / CHAT_FILE
+    return read_chat_format(kept) if kept.is_file() else data_chat_format(cfg)
+
+
+def keep_chat_format(chat: ChatFormat | None, run: Path) -> None:
+    """Keep ``chat`` in the run folder (or remove an earlier one: the data is not chat now)."""
+    if chat is None:
+        (run / CHAT_FILE).unlink(missing_ok=True)
+        return
+    (run / CHAT_FILE).write_text(json.dumps(chat.to_json(), indent=1) + "\n", encoding="utf-8")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ import paramspec as ps
 
 from .._config.schema import Config, DataConfig
 from .._config.toml import dumps
+from .._data.chat_format import ChatFormat
 from .._data.corpus import Dataset, load_dataset
 from .._data.run_tokenizer import save_tokenizer
 from .._distributed.mesh import make_mesh
@@ -41,7 +42,7 @@ from .._runs.checkpoint import CapturedLogs, Checkpointer
 from .._runs.diskfull import disk_full_message
 from .._runs.folders import write_text
 from .._runs.lock import run_lock
-from .._runs.resolve import resolve_config
+from .._runs.resolve import keep_chat_format, resolve_config, training_chat_format
 from .._runs.runlog import log_failure
 from .._runs.snapshot import committed_steps
 from .evaluate import sample_text
@@ -138,7 +139,7 @@ def train(
     run = Path(run_dir)
     # First: a folder we may not write into is refused before minutes of compiling.
     launch = check_launch(cfg, run, resume=resume, profile=profile)
-    cfg, mesh, tokenizer, dataset, optimizer, abstract = _prepare(cfg, run, resume, stream)
+    cfg, mesh, tokenizer, dataset, optimizer, abstract, chat = _prepare(cfg, run, resume, stream)
     # Before anything is written: a step that cannot fit stops here, in seconds, with settings
     # that do (derived from the compiled step); the compiled step is the one the loop runs.
     plan = plan_step(cfg, optimizer, mesh, abstract, stream=stream)
@@ -146,7 +147,7 @@ def train(
     created = is_primary() and not run.exists()
     try:
         return _train_in(cfg, run, resume, stream, write_sample, mesh, dataset, optimizer,
-                         abstract, plan, profile, launch)  # fmt: skip
+                         abstract, plan, profile, launch, chat)  # fmt: skip
     except (UsageError, ConfigError) as err:
         # A launch refused before its first step leaves no folder it made (an init source whose
         # weights turn out unreadable); an out-of-memory keeps its error log.
@@ -161,7 +162,8 @@ def _trained(run: Path) -> bool:
 
 def _train_in(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: bool, mesh: Mesh,
               dataset: Dataset, optimizer: Any, abstract: Any, plan: Plan,
-              profile: tuple[int, int] | None, launch: Launch) -> RunResult:  # fmt: skip
+              profile: tuple[int, int] | None, launch: Launch,
+              chat: ChatFormat | None) -> RunResult:  # fmt: skip
     if is_primary():
         run.mkdir(parents=True, exist_ok=True)
     # Held until training ends, and taken before looking for checkpoints, so that of two launches
@@ -172,7 +174,7 @@ def _train_in(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample
         try:
             return _run_steps(
                 cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt,
-                plan.compiled, profile, at, launch,
+                plan.compiled, profile, at, launch, chat,
             )  # fmt: skip
         except BaseException as err:
             typed = _typed_error(err, plan, run) if isinstance(err, Exception) else None
@@ -214,7 +216,7 @@ def plan_training(
     run = Path(run_dir) if run_dir is not None else Path("dry-run")
     if run_dir is not None:  # the checks `train` makes of its folder, with nothing written
         check_launch(cfg, run, resume=resume, profile=profile)
-    cfg, mesh, _, _, optimizer, abstract = _prepare(cfg, run, resume, stream)
+    cfg, mesh, _, _, optimizer, abstract, _ = _prepare(cfg, run, resume, stream)
     return plan_step(cfg, optimizer, mesh, abstract, stream=stream)
 
 
@@ -240,7 +242,8 @@ def _prepare(cfg: Config, run: Path, resume: bool, stream: TextIO) -> tuple[Any,
         )
     TaskEvals(cfg, tokenizer)  # a bad eval.tasks file fails here, not at the first eval
     optimizer = make_optimizer(cfg.train)
-    return cfg, mesh, tokenizer, dataset, optimizer, _abstract(cfg, optimizer, mesh)
+    chat = training_chat_format(cfg, said)
+    return cfg, mesh, tokenizer, dataset, optimizer, _abstract(cfg, optimizer, mesh), chat
 
 
 def _typed_error(err: Exception, plan: Plan, run: Path) -> Exception | None:
@@ -330,7 +333,7 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abst
 def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: bool, mesh: Mesh,
            dataset: Dataset, optimizer: Any, abstract: Any, ckpt: Checkpointer,
            step_fn: Any, profile: tuple[int, int] | None, at: dict[str, Any],
-           launch: Launch) -> RunResult:  # fmt: skip
+           launch: Launch, chat: ChatFormat | None) -> RunResult:  # fmt: skip
     state, start = _restore_or_init(cfg, resume, optimizer, mesh, abstract, ckpt, stream)
     if is_primary():  # before the metrics logger opens them
         carry_records(run, dataclasses.replace(launch, start=start), stream)
@@ -340,6 +343,7 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
     # failed launch leaves the run's config.toml as it was.
     if is_primary():
         save_tokenizer(dataset.tokenizer, run)
+        keep_chat_format(chat, run)
     write_text(run / "config.toml", dumps(cfg))
     loop.profiler = StepProfiler(profile if is_primary() else None, run / "profile", loop.stream)
     loop.announce(state)
@@ -371,7 +375,7 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
             skipped.append("loss.png")
         sample = ""
         if write_sample and "signum" not in stop:
-            sample = sample_text(state.params, cfg, tokenizer=dataset.tokenizer)
+            sample = sample_text(state.params, cfg, tokenizer=dataset.tokenizer, chat=chat)
             write_text(run / "sample.txt", sample)
         elif write_sample:
             skipped.append("sample.txt")

@@ -257,14 +257,16 @@ def _use_plan(command: str, program: str, cfg: Config, compile_at: Callable[[int
 
 
 def plan_sample(cfg: Config, prompt_len: int, max_new_tokens: int, *, temperature: float,
-                top_k: int | None, top_p: float | None, stream: TextIO | None = None) -> Plan:  # fmt: skip
+                top_k: int | None, top_p: float | None, stream: TextIO | None = None,
+                stop_token: int | None = None) -> Plan:  # fmt: skip
     """``gpt sample``'s program (one prompt, KV cache, ``max_new_tokens`` steps), compiled."""
     cfg = _one_device(cfg)
     params = abstract_params(cfg, _one_device_mesh())
 
     def compile_at(n: int) -> Any:
         return compile_generate(params, prompt_len, model_of(cfg), max_new_tokens=n,
-                                temperature=temperature, top_k=top_k, top_p=top_p)  # fmt: skip
+                                temperature=temperature, top_k=top_k, top_p=top_p,
+                                stop_token=stop_token)  # fmt: skip
 
     program = f"sampling program (prompt of {prompt_len} tokens + {max_new_tokens} new tokens)"
     return _use_plan("gpt sample", program, cfg, compile_at, "--max-new-tokens", max_new_tokens,
