@@ -288,9 +288,10 @@ def interop(session: nox.Session) -> None:
     + peft).
 
     Exports trained tiny GPT-2- and Llama-shaped runs and checks transformers' logits and greedy
-    tokens on them, gpt prepare's chat-template ids against ``apply_chat_template``, and peft's
-    logits with an exported LoRA adapter on the exported base model; ``-- regen`` also rewrites
-    the golden folders under gpt-models' tests/data.
+    tokens on them, gpt prepare's chat-template ids against ``apply_chat_template``, an exported
+    chat run's ``apply_chat_template`` prompt and ``generate`` stopping at its end-of-turn token,
+    and peft's logits with an exported LoRA adapter on the exported base model; ``-- regen`` also
+    rewrites the golden folders under gpt-models' tests/data.
     """
     h.sync_locked(session, session.virtualenv.location, "dev")
     session.install("torch", "transformers", "peft")
@@ -299,9 +300,11 @@ def interop(session: nox.Session) -> None:
         session.run("python", str(data / "make_hf_golden.py"), env=h.ENV)
     session.run("python", str(data / "check_hf_interop.py"), env=h.ENV)
     # test_sft_data.py: the chat-template ids against transformers' apply_chat_template;
+    # test_chat_format.py: an exported chat run's apply_chat_template and generate's stop;
     # test_lora.py -k peft: peft loads an exported adapter with our logits
     session.run(*h.PYTEST, "packages/gpt-models/tests/test_hf.py",
-                "packages/gpt-models/tests/test_sft_data.py", env=h.ENV)  # fmt: skip
+                "packages/gpt-models/tests/test_sft_data.py",
+                "packages/gpt-models/tests/test_chat_format.py", env=h.ENV)  # fmt: skip
     session.run(*h.PYTEST, "packages/gpt-models/tests/test_lora.py", "-k", "peft", env=h.ENV)
 
 

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -264,11 +265,35 @@ INST_TEMPLATE = (
     "{{ ' ' + message['content'] + ' ' + eos_token }}{% endif %}\n"
     "{% endfor %}"
 )
+CHAT_SPECIALS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 CHAT_WORDS = [
     "user", "assistant", "system", "hi", "hello", "there", "how", "are", "you", "fine", "thanks",
     "bye", "what", "is", "two", "plus", "four", "be", "brief", "[INST]", "[/INST]", "|", "!", "?",
     ".", ",",
 ]  # fmt: skip
+CHAT_VOCAB = {w: i for i, w in enumerate([*CHAT_SPECIALS, "\n", " ", *CHAT_WORDS])}
+
+
+def _write_chat_tokenizer(folder: Path, template: str | None) -> Path:
+    """A word-level ``tokenizer.json`` in ``folder`` with ``template`` in its tokenizer_config.json
+    (see ``chat_tokenizer``)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel(CHAT_VOCAB, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(
+        Regex(r"\[/?INST\]|\w+|\s|[^\w\s]"), behavior="isolated"
+    )
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(CHAT_SPECIALS)
+    folder.mkdir(parents=True)
+    tok.save(str(folder / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
+              "eos_token": {"__type": "AddedToken", "content": "</s>", "special": True},
+              "unk_token": "<unk>"}  # fmt: skip
+    if template is not None:
+        config["chat_template"] = template
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return folder / "tokenizer.json"
 
 
 @pytest.fixture
@@ -282,28 +307,45 @@ def chat_tokenizer(tmp_path):
     ``"\\n"``, 6 is ``" "``, then :data:`CHAT_WORDS` in order. Spaces and newlines are tokens of
     their own.
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-
-    specials = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
-    vocab = {w: i for i, w in enumerate([*specials, "\n", " ", *CHAT_WORDS])}
 
     def make(template: str | None, name: str = "tok") -> Path:
-        tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-        tok.pre_tokenizer = pre_tokenizers.Split(
-            Regex(r"\[/?INST\]|\w+|\s|[^\w\s]"), behavior="isolated"
-        )
-        tok.decoder = decoders.Fuse()
-        tok.add_special_tokens(specials)
-        folder = tmp_path / name
-        folder.mkdir()
-        tok.save(str(folder / "tokenizer.json"))
-        config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
-                  "eos_token": {"__type": "AddedToken", "content": "</s>", "special": True},
-                  "unk_token": "<unk>"}  # fmt: skip
-        if template is not None:
-            config["chat_template"] = template
-        (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
-        return folder / "tokenizer.json"
+        return _write_chat_tokenizer(tmp_path / name, template)
 
-    make.CHATML, make.INST, make.vocab = CHATML_TEMPLATE, INST_TEMPLATE, vocab  # type: ignore[attr-defined]
+    make.CHATML, make.INST, make.vocab = CHATML_TEMPLATE, INST_TEMPLATE, CHAT_VOCAB  # type: ignore[attr-defined]
     return make
+
+
+# Conversations in the words of the chat tokenizer (no <unk>), for a run trained on chat data.
+CHAT_RUN_CHATS = [
+    [{"role": "user", "content": "what is two plus two ?"}, {"role": "assistant", "content": "four !"}],
+    [{"role": "user", "content": "how are you ?"}, {"role": "assistant", "content": "fine , thanks !"}],
+    [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
+     {"role": "assistant", "content": "hello there !"}],
+] * 20  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def chat_run(tmp_path_factory) -> SimpleNamespace:
+    """A small Llama-shaped run trained on chat data (shared by a test module: copy it before
+    changing it).
+
+    ``chat_run.run`` is the run folder, ``.store`` the chat store it trained on (prepared with
+    ``.tokenizer``, the chat tokenizer with the ChatML template), ``.wrap(text)`` the text of
+    ``text`` as one user turn and the assistant's header in that template.
+    """
+    root = tmp_path_factory.mktemp("chat-run")
+    tokenizer = _write_chat_tokenizer(root / "tok", CHATML_TEMPLATE)
+    jsonl = root / "chats.jsonl"
+    jsonl.write_text("".join(json.dumps({"messages": c}) + "\n" for c in CHAT_RUN_CHATS))
+    store = root / "store"
+    assert main(["prepare", str(jsonl), "--out", str(store), "--tokenizer", str(tokenizer),
+                 "--val-fraction", "0.2"]) == 0  # fmt: skip
+    assert main(["train", "--out", str(root), "--name", "run", *SMALL_ARGS,
+                 "--set", f"data.path={store}", "--set", "data.tokenizer=bpe",
+                 # Llama-shaped, so that gpt export can write it
+                 "--set", "model.mlp=swiglu", "--set", "model.qk_norm=false"]) == 0  # fmt: skip
+
+    def wrap(text: str) -> str:
+        return f"<s><|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+    return SimpleNamespace(run=root / "run", store=store, tokenizer=tokenizer, wrap=wrap)

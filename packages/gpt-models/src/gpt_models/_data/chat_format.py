@@ -88,8 +88,11 @@ class ChatFormat:
         """
         user = [{"role": "user", "content": text}]
         try:
-            template = ChatTemplate(Path(self.template_file), self.template, self.variables,
-                                    compile_template(self.template, Path(self.kept_in)))  # fmt: skip
+            compiled = compile_template(self.template, Path(self.kept_in))
+        except DataError as err:  # its message is prepare's; Jinja's own says what is wrong
+            raise self._unusable(f"{type(err.__cause__).__name__}: {err.__cause__}") from err
+        template = ChatTemplate(Path(self.template_file), self.template, self.variables, compiled)
+        try:
             asked = template.text(user, add_generation_prompt=True)
             if asked != template.text(user):
                 return asked

@@ -1,0 +1,343 @@
+"""A run trained on chat data samples and exports like a chat model.
+
+gpt prepare records the chat template and the token that ends an assistant turn; gpt sample writes
+the prompt as a user turn and prints the reply up to that token; sample.txt does the same; gpt
+export carries the template and stops there (checked with transformers where it is installed: the
+``interop`` nox session).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpt_models import main, prepare
+
+CHATS = [
+    [{"role": "user", "content": f"hi {i}"}, {"role": "assistant", "content": f"hello {i}!"}]
+    for i in range(30)
+]
+
+
+def _chat_jsonl(path: Path, chats: list[list[dict[str, str]]] = CHATS) -> Path:
+    path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats), encoding="utf-8")
+    return path
+
+
+def _record(store: Path) -> dict:
+    return json.loads((store / "manifest.json").read_text())["chat_format"]
+
+
+def _render(template: str, messages: list[dict[str, str]], generation: bool = False, **variables):
+    """``template`` rendered as transformers renders a chat template (sandboxed Jinja)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template).render(
+        messages=messages, add_generation_prompt=generation, **variables
+    )
+
+
+def test_prepare_records_the_template_and_the_token_that_ends_a_turn(tmp_path, chat_tokenizer,
+                                                                      capsys):  # fmt: skip
+    v = chat_tokenizer.vocab
+    jsonl = _chat_jsonl(tmp_path / "c.jsonl")
+    chatml = chat_tokenizer(chat_tokenizer.CHATML, "chatml")
+    store = tmp_path / "chatml-store"
+    assert main(["prepare", str(jsonl), "--out", str(store), "--tokenizer", str(chatml),
+                 "--val-fraction", "0"]) == 0  # fmt: skip
+    rec = _record(store)
+    assert rec["template"] == chat_tokenizer.CHATML
+    assert rec["template_file"] == str(chatml.parent / "tokenizer_config.json")
+    assert rec["variables"] == {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    assert (rec["tail"], rec["end_of_turn_text"], rec["end_of_turn_ids"]) == (
+        "<|im_end|>\n", "<|im_end|>", [v["<|im_end|>"]]
+    )  # fmt: skip
+    assert (
+        f"Chat template: {chatml.parent / 'tokenizer_config.json'}; an assistant turn ends with "
+        f"'<|im_end|>' (id {v['<|im_end|>']}), where gpt sample and exported models stop."
+    ) in capsys.readouterr().out
+    inst = chat_tokenizer(chat_tokenizer.INST, "inst")  # `` </s>``: the space is not the end
+    rec = _record(prepare([jsonl], tmp_path / "inst-store", tokenizer=str(inst),
+                          val_fraction=0.0).out)  # fmt: skip
+    assert (rec["tail"], rec["end_of_turn_text"], rec["end_of_turn_ids"]) == (
+        " </s>", "</s>", [v["</s>"]]
+    )  # fmt: skip
+    plain = chat_tokenizer(None, "plain")  # no template: the plain one, ended by end-of-text
+    rec = _record(prepare([jsonl], tmp_path / "p-store", tokenizer=str(plain),
+                          val_fraction=0.0).out)  # fmt: skip
+    assert (rec["template_file"], rec["end_of_turn_text"], rec["end_of_turn_ids"]) == (
+        "the plain template", "</s>", [v["</s>"]]
+    )  # fmt: skip
+    rec = _record(prepare([jsonl], tmp_path / "b-store", val_fraction=0.0).out)
+    assert (rec["end_of_turn_text"], rec["end_of_turn_ids"], rec["note"]) == ("\0", [0], "")
+
+
+def test_a_turn_that_ends_in_ordinary_tokens_has_no_end_id_and_prepare_says_why(
+    tmp_path, chat_tokenizer, capsys
+):
+    template = (
+        "{% for m in messages %}{{ m['role'] + '\\n' + m['content'] + '\\nbye\\n' }}{% endfor %}"
+    )
+    tok = chat_tokenizer(template, "bye")
+    store = tmp_path / "store"
+    assert main(["prepare", str(_chat_jsonl(tmp_path / "c.jsonl")), "--out", str(store),
+                 "--tokenizer", str(tok), "--val-fraction", "0"]) == 0  # fmt: skip
+    rec = _record(store)
+    assert (rec["end_of_turn_text"], rec["end_of_turn_ids"]) == ("bye", [])
+    note = (
+        "note: No token ends an assistant turn: it ends an assistant turn with '\\nbye\\n', 3 "
+        "tokens and none of them an added (special) token; a reply is cut where 'bye' begins. "
+        "gpt sample then runs to --max-new-tokens, and an export's generate stops only at the "
+        "end-of-text token. A template that ends each assistant turn with a special token "
+        "(<|im_end|>, </s>) gives one."
+    )
+    assert note in capsys.readouterr().err
+
+
+def test_the_plain_template_is_recorded_as_jinja_that_renders_the_stored_ids(tmp_path):
+    """Rendered as transformers would render it, the recorded plain template gives exactly the
+    bytes gpt prepare stored for each chat; with a generation prompt, the assistant's header."""
+    chats = [[{"role": "system", "content": "be brief"}, *c] for c in CHATS[:5]]
+    r = prepare([_chat_jsonl(tmp_path / "c.jsonl", chats)], tmp_path / "s", val_fraction=0.0)
+    m, rec = r.manifest, _record(r.out)
+    ids = np.fromfile(r.out / m["shards"]["train"][0]["file"], m["dtype"])
+    rendered = "".join(_render(rec["template"], c) for c in chats).encode()
+    assert ids.tolist() == list(rendered)
+    assert _render(rec["template"], [{"role": "user", "content": "hi"}], generation=True) == (
+        "<|user|>\nhi\n<|assistant|>\n"
+    )
+
+
+def test_prepare_run_again_adds_the_record_to_a_chat_store_that_lacks_it(tmp_path, capsys):
+    """A chat store prepared before stores recorded their chat format gets it, shards untouched."""
+    jsonl = _chat_jsonl(tmp_path / "c.jsonl")
+    store = tmp_path / "store"
+    assert main(["prepare", str(jsonl), "--out", str(store), "--val-fraction", "0.2"]) == 0
+    manifest = json.loads((store / "manifest.json").read_text())
+    record = manifest.pop("chat_format")
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    shards = {p.name: p.read_bytes() for p in store.glob("*.bin")}
+    capsys.readouterr()
+    assert main(["prepare", str(jsonl), "--out", str(store), "--val-fraction", "0.2"]) == 0
+    assert "is up to date" in capsys.readouterr().out
+    assert _record(store) == record
+    assert {p.name: p.read_bytes() for p in store.glob("*.bin")} == shards
+
+
+def _sample(capsys, run: Path, *flags: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["sample", "--run", str(run), "--temperature", "0", *flags])
+    out, err = capsys.readouterr()
+    return code, out.removesuffix("\n"), err
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    shutil.copytree(run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def _end_turn_at(run: Path, token: str, token_id: int) -> None:
+    """Make ``token`` the end of an assistant turn in the run's kept chat format (a file the run
+    folder keeps as JSON, as a user could edit it)."""
+    path = run / "chat_format.json"
+    rec = json.loads(path.read_text())
+    rec.update(tail=token, end_of_turn_text=token, end_of_turn_ids=[token_id])
+    path.write_text(json.dumps(rec))
+
+
+def _greedy(capsys, chat_run, run: Path, prompt: str) -> list[str]:
+    """The tokens the run continues ``prompt`` written as a user turn with (greedy, 8 tokens)."""
+    from tokenizers import Tokenizer
+
+    wrapped = chat_run.wrap(prompt)
+    code, raw, _ = _sample(capsys, run, "--raw", "--prompt", wrapped)
+    assert code == 0 and raw.startswith(wrapped), raw
+    tok = Tokenizer.from_file(str(run / "tokenizer.json"))
+    tokens = tok.encode(raw[len(wrapped) :], add_special_tokens=False).tokens
+    assert len(tokens) == 8, tokens
+    return tokens
+
+
+def _stop_token(tokens: list[str]) -> int:
+    """The index of a token of ``tokens`` that comes after others and not before: a stop there
+    is seen (the first token, if the model repeats one token only)."""
+    return next((k for k in range(1, len(tokens)) if tokens[k] not in tokens[:k]), 0)
+
+
+def test_gpt_sample_writes_a_user_turn_and_prints_the_reply_up_to_the_end_of_turn(
+    chat_run, tmp_path, capsys
+):
+    from gpt_models import BPETokenizer
+
+    run = _copy(chat_run.run, tmp_path)
+    assert json.loads((run / "chat_format.json").read_text()) == _record(chat_run.store)
+    tokens = _greedy(capsys, chat_run, run, "hi")
+    code, reply, err = _sample(capsys, run, "--prompt", "hi")
+    # the same continuation as the prompt written out by hand: cut at <|im_end|> if it came
+    assert code == 0 and reply == "".join(tokens).partition("<|im_end|>")[0]
+    k = _stop_token(tokens)
+    _end_turn_at(
+        run, tokens[k], int(BPETokenizer.load(run / "tokenizer.json").encode(tokens[k])[0])
+    )
+    code, reply, err = _sample(capsys, run, "--prompt", "hi")
+    assert code == 0 and reply == "".join(tokens[:k])
+    assert "did not end" not in err
+    _end_turn_at(run, "<unk>", 0)  # a token this reply never reaches
+    code, reply, err = _sample(capsys, run, "--prompt", "hi")
+    assert reply == "".join(tokens)
+    assert (
+        "note: the reply did not end within 8 new tokens (no '<unk>', the end of an assistant "
+        "turn); raise --max-new-tokens to read on." in err
+    )
+
+
+def test_sample_txt_of_a_chat_run_is_the_reply_gpt_sample_prints(chat_run, capsys):
+    code, reply, _ = _sample(capsys, chat_run.run, "--temperature", "0.8")
+    assert code == 0
+    assert (chat_run.run / "sample.txt").read_text() == reply
+    code, raw, _ = _sample(capsys, chat_run.run, "--temperature", "0.8", "--raw")
+    assert raw.startswith("<unk> ")  # sample.prompt "The " in the run's words, then more
+    assert raw != reply
+
+
+def test_a_run_on_plain_text_samples_its_prompt_and_continuation_as_before(gpt_train, tmp_path,
+                                                                           capsys):  # fmt: skip
+    assert gpt_train() == 0
+    run = tmp_path / "run"
+    assert not (run / "chat_format.json").exists()
+    code, text, _ = _sample(capsys, run, "--prompt", "The ")
+    assert code == 0 and text.startswith("The ") and len(text) > len("The ")
+    assert _sample(capsys, run, "--prompt", "The ", "--raw")[1] == text
+    assert (run / "sample.txt").read_text().startswith("The ")
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (
+            lambda rec: rec | {"template": "{{ raise_exception('roles must alternate') }}"},
+            r"The chat template this run was trained with \(from \S+tokenizer_config.json, kept "
+            r"in \S+/run/chat_format.json\) cannot write the prompt as a user turn "
+            r"\(TemplateError: roles must alternate\), so the prompt cannot be given as the run "
+            r"learnt to read one. Sample with --raw to continue the prompt as plain text, or fix "
+            r"the template in \S+/run/chat_format.json.",
+        ),
+        (
+            lambda rec: rec | {"template": "{% for %}"},
+            r"The chat template .* cannot write the prompt as a user turn \(TemplateSyntaxError: "
+            r"Expected an expression, got 'end of statement block'\), .*",
+        ),
+        (
+            lambda rec: {k: v for k, v in rec.items() if k != "tail"} | {"end_of_turn_ids": ["x"]},
+            r"\S+/run/chat_format.json records the chat template of a run's data, but its "
+            r"chat_format is damaged \(tail is NoneType, expected str; end_of_turn_ids = \['x'\] "
+            r"are not token ids\). Restore the file from a copy, or prepare the store again and "
+            r"take its chat_format from its manifest.json.",
+        ),
+        (
+            None,
+            r"\S+/run/chat_format.json \(the chat template the run was trained with\) is not "
+            r"valid JSON \(Expecting value: line 1 column 1 \(char 0\)\). Restore it from a copy "
+            r"\(the store's manifest.json holds the same record as chat_format\), or sample with "
+            r"--raw.",
+        ),
+    ],
+)
+def test_a_chat_format_that_cannot_write_the_prompt_is_one_error_and_raw_still_samples(
+    chat_run, tmp_path, capsys, error_line, damage, message
+):
+    run = _copy(chat_run.run, tmp_path)
+    path = run / "chat_format.json"
+    text = "" if damage is None else json.dumps(damage(json.loads(path.read_text())))
+    path.write_text(text)
+    code, _, err = _sample(capsys, run, "--prompt", "hi")
+    assert code == 2
+    assert re.fullmatch(f"gpt: error: {message}", error_line(err)), error_line(err)
+    assert _sample(capsys, run, "--prompt", "hi", "--raw")[0] == 0
+
+
+def test_a_run_on_a_store_that_does_not_record_its_template_says_how_to_fix_it(
+    chat_run, tmp_path, capsys, error_line
+):
+    """A run trained before runs kept the chat format reads its store's; a store prepared before
+    stores recorded it cannot say: one error naming the fix, and --raw, export still work."""
+    store = tmp_path / "store"
+    shutil.copytree(chat_run.store, store)
+    run = _copy(chat_run.run, tmp_path)
+    (run / "chat_format.json").unlink()
+    config = (run / "config.toml").read_text().replace(str(chat_run.store), str(store))
+    (run / "config.toml").write_text(config)
+    code, reply, _ = _sample(capsys, run, "--prompt", "hi")
+    assert code == 0 and reply == _sample(capsys, chat_run.run, "--prompt", "hi")[1]
+    manifest = json.loads((store / "manifest.json").read_text())
+    del manifest["chat_format"]
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = _sample(capsys, run, "--prompt", "hi")
+    assert code == 2
+    assert error_line(err) == (
+        f"gpt: error: The chat store {store} was prepared by a gpt prepare that did not yet "
+        "record its chat template in manifest.json, so a prompt cannot be written as a user turn "
+        "the way the run was trained, nor the reply stopped at the end of its turn. Re-run the "
+        "same gpt prepare command: it adds the template to the manifest and leaves the shards "
+        "as they are. Or sample with gpt sample --raw (the prompt as plain text)."
+    )
+    assert _sample(capsys, run, "--prompt", "hi", "--raw")[0] == 0
+    assert main(["export", str(run), str(tmp_path / "hf")]) == 0
+    assert "note: the export carries no chat template: The chat store" in capsys.readouterr().err
+    assert "chat_template" not in json.loads(
+        (tmp_path / "hf" / "tokenizer_config.json").read_text()
+    )
+
+
+def test_export_of_a_chat_run_carries_its_template_and_stops_at_the_end_of_a_turn(
+    chat_run, tmp_path, capsys
+):
+    """The exported folder: the template and the special tokens it reads in tokenizer_config.json,
+    the end-of-turn id first in eos_token_id; with transformers (where installed), the prompt of
+    ``apply_chat_template`` and a ``generate`` that stops where gpt sample's reply ends."""
+    from gpt_models import BPETokenizer
+
+    run = _copy(chat_run.run, tmp_path)
+    tokens = _greedy(capsys, chat_run, run, "hi")
+    k = _stop_token(tokens)
+    tok = BPETokenizer.load(run / "tokenizer.json")
+    stop = int(tok.encode(tokens[k])[0])
+    _end_turn_at(run, tokens[k], stop)
+    _, reply, _ = _sample(capsys, run, "--prompt", "hi")
+    out = tmp_path / "hf"
+    assert main(["export", str(run), str(out)]) == 0
+    assert (
+        f"note: {run} was trained on chat data: {out} carries its chat template "
+        "(tokenizer.apply_chat_template) and generate stops at the end of an assistant turn "
+        f"({tokens[k]!r}, id {stop})."
+    ) in capsys.readouterr().err
+    eot = int(tok.encode("</s>")[0])
+    for name in ("config.json", "generation_config.json"):
+        want = stop if stop == eot else [stop, eot]
+        assert json.loads((out / name).read_text())["eos_token_id"] == want, name
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    assert config["chat_template"] == _record(chat_run.store)["template"]
+    assert (config["bos_token"], config["eos_token"]) == ("<s>", "</s>")
+    hi = [{"role": "user", "content": "hi"}]
+    variables = {k: config[k] for k in ("bos_token", "eos_token")}
+    assert _render(config["chat_template"], hi, True, **variables) == chat_run.wrap("hi")
+
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    ids = hf_tok.apply_chat_template(hi, add_generation_prompt=True, tokenize=True,
+                                     return_dict=False)  # fmt: skip
+    assert list(ids) == tok.encode(chat_run.wrap("hi")).tolist()
+    model = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    x = torch.tensor([list(ids)])
+    with torch.no_grad():
+        got = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=8,
+                             do_sample=False)[0, len(ids) :].tolist()  # fmt: skip
+    assert got[-1] == stop and len(got) == k + 1, (got, tokens)
+    assert hf_tok.decode(got[:-1]) == reply
