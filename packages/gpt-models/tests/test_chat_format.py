@@ -341,3 +341,40 @@ def test_export_of_a_chat_run_carries_its_template_and_stops_at_the_end_of_a_tur
                              do_sample=False)[0, len(ids) :].tolist()  # fmt: skip
     assert got[-1] == stop and len(got) == k + 1, (got, tokens)
     assert hf_tok.decode(got[:-1]) == reply
+
+
+SYSTEM_FIRST = (
+    "{% if messages[0]['role'] != 'system' %}"
+    "{{ raise_exception('a system message must come first') }}{% endif %}"
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def test_a_template_that_refuses_a_lone_user_turn_still_finishes_the_run(
+    tmp_path, chat_tokenizer, small_args, capsys, error_line
+):
+    """It finds its end of turn from a chat with a system message; the finished run's sample.txt
+    continues sample.prompt as plain text, with a note, and gpt sample says what to do."""
+    v = chat_tokenizer.vocab
+    tok = chat_tokenizer(SYSTEM_FIRST, "system-first")
+    chats = [[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
+              {"role": "assistant", "content": "hello there !"}]] * 40  # fmt: skip
+    store = tmp_path / "store"
+    assert main(["prepare", str(_chat_jsonl(tmp_path / "c.jsonl", chats)), "--out", str(store),
+                 "--tokenizer", str(tok), "--val-fraction", "0.2"]) == 0  # fmt: skip
+    assert _record(store)["end_of_turn_ids"] == [v["<|im_end|>"]]
+    capsys.readouterr()
+    assert main(["train", "--out", str(tmp_path), "--name", "run", *small_args,
+                 "--set", f"data.path={store}", "--set", "data.tokenizer=bpe"]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert (
+        "note: sample.txt continues sample.prompt as plain text: The chat template this run " in err
+    )
+    assert (tmp_path / "run" / "sample.txt").read_text().startswith("<unk> ")  # "The ", raw
+    code, _, err = _sample(capsys, tmp_path / "run", "--prompt", "hi")
+    assert code == 2
+    assert (
+        "cannot write the prompt as a user turn (TemplateError: a system message must come "
+        "first)" in error_line(err)
+    )

@@ -30,7 +30,13 @@ from .store import write_json_atomic
 
 PLAIN = "the plain template"
 FIELD = "chat_format"  # the manifest's key
-_PROBE = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": CONTENT_MARK}]
+# Chats whose text shows what a template writes after an assistant's content; the second for
+# templates that want a system message first.
+_PROBES = (
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": CONTENT_MARK}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+     {"role": "assistant", "content": CONTENT_MARK}],
+)  # fmt: skip
 _FIELDS = {"template": str, "template_file": str, "variables": dict, "tail": str,
            "end_of_turn_text": str, "end_of_turn_ids": list, "note": str}  # fmt: skip
 
@@ -145,11 +151,15 @@ def chat_format_of(enc: Encoder, template: ChatTemplate | None) -> ChatFormat:
         eot = enc.eot_text
         return ChatFormat(plain_template(eot), {}, PLAIN, eot, eot, (enc.eot_id,))
     source, variables, file = template.source, template.variables, str(template.file.absolute())
-    try:
-        marked = template.text(_PROBE)
-    except Exception as err:  # a template that wants e.g. a system turn first
-        why = (f"it refuses a chat of one user and one assistant turn ({type(err).__name__}: "
-               f"{err})")  # fmt: skip
+    marked = ""
+    for probe in _PROBES:
+        try:
+            marked = template.text(probe)
+            break
+        except Exception as err:  # Jinja's errors, and whatever the template's code raises
+            why = (f"it refuses a chat of a user and an assistant turn, with or without a "
+                   f"system message first ({type(err).__name__}: {err})")  # fmt: skip
+    else:
         return ChatFormat(source, variables, file, "", "", (), _no_end(why))
     tail = marked.partition(CONTENT_MARK)[2]
     text, ids, why = _end_of_turn(enc, tail)

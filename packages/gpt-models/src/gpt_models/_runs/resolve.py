@@ -18,6 +18,7 @@ The source of ``init.source`` (a run folder or a Hugging Face folder) is read on
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import io
@@ -166,13 +167,17 @@ def data_chat_format(cfg: Config) -> ChatFormat | None:
     return manifest_chat_format(manifest, store) if manifest.get("kind") == "chat" else None
 
 
-def training_chat_format(cfg: Config, stream: TextIO) -> ChatFormat | None:
+def training_chat_format(cfg: Config, run: Path, stream: TextIO) -> ChatFormat | None:
     """:func:`data_chat_format` as ``gpt train`` takes it: a chat store that cannot give it
     (prepared before stores recorded it) still trains, with a note on ``stream`` saying how to fix
-    it for later; its sample.txt then continues sample.prompt as plain text."""
+    it for later; a resumed run keeps the format it kept, else its sample.txt continues
+    sample.prompt as plain text."""
     try:
         return data_chat_format(cfg)
     except DataError as err:
+        with contextlib.suppress(DataError):  # a damaged kept file: as if there were none
+            if (run / CHAT_FILE).is_file():
+                return read_chat_format(run / CHAT_FILE)
         print(f"note: {err} Until then, sample.txt continues sample.prompt as plain text.",
               file=stream)  # fmt: skip
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +19,7 @@ from .._data.mixture import MixedTokens
 from .._data.run_tokenizer import decode_lenient, run_tokenizer
 from .._distributed.mesh import place_batch, single_device_mesh
 from .._distributed.processes import host_value
+from .._errors import DataError
 from .._model.generate import generate
 from .._model.lora import model_of
 from .._model.loss import is_packed, loss_weights
@@ -195,6 +196,18 @@ def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_
     return sample_reply(params, cfg, prompt=prompt, max_new_tokens=max_new_tokens,
                         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                         tokenizer=tokenizer, chat=chat)[0]  # fmt: skip
+
+
+def end_of_run_sample(params: Any, cfg: Config, tokenizer: Tokenizer, chat: ChatFormat | None,
+                      stream: TextIO) -> str:  # fmt: skip
+    """The text of a finished run's ``sample.txt``: ``sample.prompt`` answered as a user turn on
+    chat data, else continued. A template that cannot write that turn does not fail the finished
+    run: the prompt is continued as plain text, with a note on ``stream``."""
+    try:
+        return sample_text(params, cfg, tokenizer=tokenizer, chat=chat)
+    except DataError as err:
+        print(f"note: sample.txt continues sample.prompt as plain text: {err}", file=stream)
+        return sample_text(params, cfg, tokenizer=tokenizer)
 
 
 def sample_reply(params: Any, cfg: Config, *, prompt: str | None = None, max_new_tokens: int | None = None,

@@ -45,7 +45,7 @@ from .._runs.lock import run_lock
 from .._runs.resolve import keep_chat_format, resolve_config, training_chat_format
 from .._runs.runlog import log_failure
 from .._runs.snapshot import committed_steps
-from .evaluate import sample_text
+from .evaluate import end_of_run_sample
 from .host_memory import keep_host_memory
 from .init_from import init_state_from
 from .launch import Launch, carry_records, check_launch, holds_checkpoints
@@ -242,7 +242,7 @@ def _prepare(cfg: Config, run: Path, resume: bool, stream: TextIO) -> tuple[Any,
         )
     TaskEvals(cfg, tokenizer)  # a bad eval.tasks file fails here, not at the first eval
     optimizer = make_optimizer(cfg.train)
-    chat = training_chat_format(cfg, said)
+    chat = training_chat_format(cfg, run, said)
     return cfg, mesh, tokenizer, dataset, optimizer, _abstract(cfg, optimizer, mesh), chat
 
 
@@ -375,7 +375,7 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
             skipped.append("loss.png")
         sample = ""
         if write_sample and "signum" not in stop:
-            sample = sample_text(state.params, cfg, tokenizer=dataset.tokenizer, chat=chat)
+            sample = end_of_run_sample(state.params, cfg, dataset.tokenizer, chat, stream)
             write_text(run / "sample.txt", sample)
         elif write_sample:
             skipped.append("sample.txt")
