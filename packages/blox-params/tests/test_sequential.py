@@ -110,3 +110,27 @@ def test_mlp_per_layer_kernel_init_and_metadata():
         match=r"kernel_init must be one value for every layer or a sequence with one per layer \(2\)",
     ):
         bx.MLP(graph / "bad", [8, 4], kernel_init=[jax.nn.initializers.ones])
+
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_mlp_backward_keeps_only_the_layer_outputs_of_the_hidden_size(gated):
+    # What reverse mode keeps for the backward pass (the vjp's residuals) is the memory of
+    # training. The activation is recomputed from the hidden layer's outputs: a tanh GELU keeps
+    # its input alone (gated: the gate's and the layer's outputs), not its tanh, cube and output.
+    graph = bx.Graph("net")
+    rng = bx.Rng(graph / "rng")
+    x = jax.random.normal(jax.random.key(1), (4, 3))
+
+    def hidden_residuals(remat_activation):
+        mlp = bx.MLP(graph / f"mlp_{remat_activation}", [16, 3], rng=rng, gated=gated,
+                     remat_activation=remat_activation)  # fmt: skip
+        _, params = mlp(rng.seed(bx.Params(), seed=0), x)
+        y, vjp = jax.vjp(lambda x: mlp(params, x)[0], x)
+        return y, vjp(jnp.ones_like(y))[0], [r for r in jax.tree.leaves(vjp) if r.shape == (4, 16)]
+
+    y, dx, kept = hidden_residuals(True)
+    y_all, dx_all, kept_all = hidden_residuals(False)
+    assert len(kept) == (2 if gated else 1) < len(kept_all)
+    np.testing.assert_allclose(y, y_all, rtol=1e-6)
+    np.testing.assert_allclose(dx, dx_all, rtol=1e-5, atol=1e-7)

@@ -152,6 +152,21 @@ def test_identity_rewrite_reproduces_gradients(name):
     np.testing.assert_allclose(jax.grad(_identity(f))(X), jax.grad(f)(X), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["remat", "nested"])
+def test_rewriting_a_gradient_keeps_its_recomputation_fenced(name):
+    # In a differentiated jaxpr the backward pass's recomputation is a remat marked
+    # differentiated; its lowering puts an optimization barrier before the recomputed values,
+    # so XLA cannot merge them with the forward values and keep those alive (which undoes the
+    # memory checkpointing saves). A rewrite must keep every barrier.
+    grad = jax.grad(ZOO[name])
+
+    def barriers(f):
+        return jax.jit(f).lower(X).as_text().count("optimization_barrier")
+
+    assert barriers(grad) >= 1
+    assert barriers(_identity(grad)) == barriers(grad)
+
+
 def test_identity_rewrite_of_while_has_forward_mode_derivatives():
     # Reverse-mode through while_loop is unsupported in JAX itself; forward mode must match.
     t = jnp.ones_like(X)

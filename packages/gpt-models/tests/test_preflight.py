@@ -60,6 +60,21 @@ def test_refusal_names_both_numbers_and_settings_that_fit(tmp_path, make_config,
     assert again.fits and again.memory.per_device <= budget
 
 
+@pytest.mark.parametrize("scan_layers", [True, False])
+def test_the_remat_a_refusal_suggests_lowers_the_memory_it_measures(make_config, scan_layers):
+    # model.remat=full is one of the refusal's fixes. It must shrink the compiled train step
+    # (which runs through lox.spool): the backward pass's recomputation has to survive that
+    # rewrite, or every activation is kept anyway and the suggested fix fails again.
+    if not scan_layers and jax.__version__.startswith(("0.7.", "0.8.", "0.9.", "0.10.")):
+        pytest.skip("XLA:CPU before JAX 0.11 keeps the activations of unrolled remat layers")
+    temps = {}
+    for remat in ("none", "full"):
+        cfg = make_config(model={"seq_len": 128, "n_layers": 4, "remat": remat,
+                                 "scan_layers": scan_layers}, mesh={"data": -1})  # fmt: skip
+        temps[remat] = plan_training(cfg, stream=io.StringIO()).memory.temporaries
+    assert temps["full"] < 0.6 * temps["none"], temps
+
+
 def test_the_refusal_compiles_the_step_and_nothing_else(tmp_path, make_config, monkeypatch, caplog):
     # What smaller micro-batches need is derived from the compiled step, not compiled: a refusal
     # costs the one compile the run would have needed anyway.

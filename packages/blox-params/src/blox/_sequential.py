@@ -103,6 +103,11 @@ class MLP(Module):
     ``gate_i`` of the same size and computes ``activation(gate_i(x)) * linear_i(x)`` (a GLU;
     ``activation=jax.nn.silu`` is SwiGLU).
 
+    The backward pass recomputes each activation (and a gate's product) from the layer's outputs
+    instead of keeping its intermediates: ``jax.checkpoint`` around the elementwise part only, so
+    no matmul runs twice. A tanh GELU keeps one hidden-sized array per layer instead of three
+    or four; ``remat_activation=False`` keeps them all (a little less compute in the backward pass).
+
     Keyword arguments passed on as in the base layer:
 
     - ``use_bias``, ``bias_init``, ``dtype``, ``param_dtype``: passed to every ``Linear``.
@@ -125,6 +130,7 @@ class MLP(Module):
             ('mlp',)}, {'logical_axes': ('embed',)}]``.
         lora: a ``bx.LoRA`` given to every ``Linear`` (its ``targets`` pick kernels by path,
             e.g. ``('net', 'mlp', 'gate_0', 'kernel')``); ``is_training=`` reaches them.
+        remat_activation: recompute the activations in the backward pass (see above).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -160,6 +166,7 @@ class MLP(Module):
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
         lora: LoRA | None = None,
+        remat_activation: bool = True,
     ) -> None:
         super().__init__(graph)
         sizes = [] if isinstance(output_sizes, (int, str)) else list(output_sizes)
@@ -169,6 +176,7 @@ class MLP(Module):
                 f"got {output_sizes!r}."
             )
         self.activation = activation
+        self.remat_activation = remat_activation
         self.activate_final = activate_final
         inits = self._per_layer(kernel_init, len(sizes), "kernel_init", callable)
         metas = self._per_layer(kernel_metadata, len(sizes), "kernel_metadata", _is_mapping)
@@ -200,6 +208,11 @@ class MLP(Module):
             for i in range(len(self.layers))
         ]
 
+    def _remat(self, fn: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
+        # Only the inputs are saved; the elementwise ops run again in the backward pass, where
+        # XLA fuses them into the gradient's own elementwise pass.
+        return jax.checkpoint(fn) if self.remat_activation else fn
+
     def _per_layer(self, value: Any, n: int, name: str, is_one: Callable[[Any], bool]) -> list:
         """``value`` for each of ``n`` layers: one value repeated, or a sequence of ``n``."""
         if value is None or is_one(value):
@@ -220,9 +233,9 @@ class MLP(Module):
             h, params = layer(params, x, is_training=is_training)
             if gate is not None:
                 g, params = gate(params, x, is_training=is_training)
-                h = self.activation(g) * h
+                h = self._remat(lambda g, h: self.activation(g) * h)(g, h)
             elif i < last or self.activate_final:
-                h = self.activation(h)
+                h = self._remat(self.activation)(h)
             x = h
             if drop is not None and i < last:
                 if is_training is None:

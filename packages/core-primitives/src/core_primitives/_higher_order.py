@@ -194,12 +194,17 @@ class HigherOrderRules:
                 raise mismatch from err
 
     def _remat(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
-        p = eqn.params
-        box: dict[str, Any] = {}
-        body = self._flat_body(p["jaxpr"], box)
+        # Re-bound as the same primitive with the same params, not through jax.checkpoint: in a
+        # jaxpr that was already differentiated, the backward pass's recomputation is a remat
+        # with ``differentiated=True``, and only that flag makes its lowering fence the
+        # recomputation off from the forward pass. jax.checkpoint would bind a fresh,
+        # undifferentiated remat, which XLA merges with the forward values it was meant to
+        # recompute: every activation is kept again, and the memory remat saves is silently lost.
+        new, const_args, tree = self._retrace(eqn, eqn.params["jaxpr"], invals)
+        params = dict(eqn.params, jaxpr=compat.jaxpr_and_consts(new)[0])  # const-free
         with compat.eqn_context(eqn):
-            outs = jax.checkpoint(body, prevent_cse=p["prevent_cse"], policy=p["policy"])(*invals)
-        return self._split_outs(ctx, eqn, outs, box)
+            outs = compat.bind(eqn.primitive, [*const_args, *invals], params)
+        return self._split_outs(ctx, eqn, outs, {"tree": tree})
 
     def _split_outs(self, ctx: Context, eqn: Any, outs: Sequence[Any], box: dict) -> list[Any]:
         n = len(eqn.outvars)
