@@ -112,7 +112,6 @@ def test_mlp_per_layer_kernel_init_and_metadata():
         bx.MLP(graph / "bad", [8, 4], kernel_init=[jax.nn.initializers.ones])
 
 
-
 @pytest.mark.parametrize("gated", [False, True])
 def test_mlp_backward_keeps_only_the_layer_outputs_of_the_hidden_size(gated):
     # What reverse mode keeps for the backward pass (the vjp's residuals) is the memory of

@@ -8,6 +8,7 @@ import logging
 import jax
 import pytest
 
+from core_primitives import compat
 from gpt_models import (
     DiskFullError,
     OutOfMemoryError,
@@ -65,7 +66,7 @@ def test_the_remat_a_refusal_suggests_lowers_the_memory_it_measures(make_config,
     # model.remat=full is one of the refusal's fixes. It must shrink the compiled train step
     # (which runs through lox.spool): the backward pass's recomputation has to survive that
     # rewrite, or every activation is kept anyway and the suggested fix fails again.
-    if not scan_layers and jax.__version__.startswith(("0.7.", "0.8.", "0.9.", "0.10.")):
+    if not scan_layers and not compat.xla_cpu_remats_unrolled_layers():
         pytest.skip("XLA:CPU before JAX 0.11 keeps the activations of unrolled remat layers")
     temps = {}
     for remat in ("none", "full"):
@@ -105,6 +106,9 @@ def test_a_budget_below_every_estimate_says_how_to_measure(tmp_path, make_config
     assert f"Even a micro-batch of {32 // most} sequence(s) is estimated not to fit" in message
     assert f"gpt train --dry-run --set train.grad_accum={most} measures it" in message
     assert "model.remat=full" in message and "mesh.fsdp" in message
+    # Where XLA:CPU would keep an unrolled model's activations anyway, it says what remats.
+    scan = "model.remat=full with model.scan_layers=true" in message
+    assert scan == (not cfg.model.scan_layers and not compat.xla_cpu_remats_unrolled_layers())
 
 
 def test_cli_refusal_exits_2_without_a_traceback(tmp_path, small_args, monkeypatch, capsys,

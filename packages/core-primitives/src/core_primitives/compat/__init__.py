@@ -12,6 +12,7 @@ shims live by concern: jaxprs and their equations (``_jaxpr``), rules for a prim
 
 from ._backend import backends_initialized as backends_initialized
 from ._backend import unrolled_threefry_on_cpu as unrolled_threefry_on_cpu
+from ._backend import xla_cpu_remats_unrolled_layers as xla_cpu_remats_unrolled_layers
 from ._backend import xla_cpu_xnn_fusion_supported as xla_cpu_xnn_fusion_supported
 from ._effects import make_effect as make_effect
 from ._effects import make_ordered_effect as make_ordered_effect

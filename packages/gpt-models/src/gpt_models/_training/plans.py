@@ -30,6 +30,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
+from core_primitives import compat
+
 from .._config.schema import Config, MeshConfig
 from .._data.store import is_store, read_manifest
 from .._distributed.mesh import BATCH_AXES, MICRO_BATCH_AXES, batch_sharding, make_mesh
@@ -179,6 +181,17 @@ def _micro_batches(cfg: Config, mesh: Mesh, mem: StepMemory | None, trained_byte
         remat = "" if cfg.model.remat == "full" else (
             "model.remat=full (activations recomputed in the backward pass), "
         )  # fmt: skip
+        if (
+            remat
+            and mem
+            and mem.cpu
+            and not cfg.model.scan_layers
+            and (not compat.xla_cpu_remats_unrolled_layers())
+        ):
+            remat = (
+                "model.remat=full with model.scan_layers=true (activations recomputed in the "
+                "backward pass: XLA:CPU before JAX 0.11 keeps those of unrolled layers), "
+            )
         return (
             f"Even a micro-batch of {t.batch_size // most} sequence(s) is estimated not to fit "
             f"(the estimate errs high: gpt train --dry-run --set train.grad_accum={most} measures "
