@@ -16,8 +16,9 @@ Run: ``.venv/bin/python benchmarks/gpt/run.py`` (writes ``benchmarks/gpt/RESULTS
   alternating torch, ours, torch, ours; ``--peer-only`` runs just that row (quick re-runs):
   ``python benchmarks/gpt/run.py --peer-only --torch-python $HOME/torch-venv/bin/python``.
 
-MFU = flops_per_token * tokens/s / peak, flops_per_token = 6 * N_matmul + 12 * L * d * T (see
-``docs/gpt_models.md``); the CPU peak is the measured float32 matmul throughput of this process.
+MFU = flops_per_token * tokens/s / peak, flops_per_token = 6 * N_matmul + 12 * L * d * T for a
+full run, less with LoRA (see ``docs/gpt_models.md``); the CPU peak is the measured float32 matmul
+throughput of this process.
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ def bench_throughput(name: str, cfg: Config, rounds: int, steps: int) -> dict:
         times["plain"].append(time.perf_counter() - t)
     tokens = steps * cfg.train.batch_size * cfg.model.seq_len
     peak = peak_flops(jax.devices()[:1], compute_dtype(cfg.model), cfg.log.peak_flops)
-    fpt = flops_per_token(cfg.model)
+    fpt = flops_per_token(cfg)
     out = {"name": name, "params": param_count(cfg.model), "compile_s": compile_s, "peak": peak}
     for k, v in times.items():
         tps = tokens / statistics.median(v)
@@ -290,7 +291,7 @@ def bench_gpu(steps: int = 20) -> dict | None:
     return {
         "device": jax.devices()[0].device_kind,
         "tps": tps,
-        "mfu": tps * flops_per_token(cfg.model) / peak,
+        "mfu": tps * flops_per_token(cfg) / peak,
     }
 
 

@@ -401,26 +401,6 @@ def param_count(config: Any) -> int:
     return sum(math.prod(p.shape) for p in jax.tree.leaves(param_specs(config)))
 
 
-def flops_per_token(cfg: ModelConfig) -> float:
-    """Training FLOPs per token: ``6 * N_matmul + 12 * n_layers * d_model * seq_len``.
-
-    ``N_matmul`` counts the weights of every matrix multiply (attention and MLP projections and the
-    output projection onto the vocabulary, tied or not) and excludes the embedding lookups; the
-    second term is the attention scores and weighted sum (forward 2 + backward 4 FLOPs per multiply-add,
-    over the full ``seq_len`` square, as in the PaLM paper's MFU definition).
-
-    Example:
-        >>> from gpt_models import PRESETS, flops_per_token
-        >>> f"{flops_per_token(PRESETS['gpt2-small'].model):.3g}"
-        '8.55e+08'
-    """
-    d, f, L = cfg.d_model, cfg.ff_dim, cfg.n_layers
-    attn = d * (cfg.n_heads + 2 * cfg.kv_heads) * cfg.head_dim + cfg.n_heads * cfg.head_dim * d
-    mlp = (3 if cfg.mlp == "swiglu" else 2) * d * f
-    n_matmul = L * (attn + mlp) + d * cfg.vocab_size
-    return 6.0 * n_matmul + 12.0 * L * d * cfg.seq_len
-
-
 def init_params(config: Any, key: Any, mesh: Mesh | None = None, rules: Any = None) -> bx.Params:
     """Fresh parameters, created in one jitted computation directly in their sharded layout.
 

@@ -35,8 +35,9 @@ from core_primitives import compat
 from .._config.schema import Config, MeshConfig
 from .._data.store import is_store, read_manifest
 from .._distributed.mesh import BATCH_AXES, MICRO_BATCH_AXES, batch_sharding, make_mesh
+from .._model.flops import flops_per_token
 from .._model.generate import compile_generate
-from .._model.gpt import abstract_params, flops_per_token
+from .._model.gpt import abstract_params
 from .._model.lora import lora_summary, model_of
 from .preflight import (
     Knob,
@@ -129,7 +130,8 @@ def plan_step(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh,
         f"available        {size(budget.per_device)} per device ({budget.source})",
         f"tokens per step  {t.batch_size * m.seq_len:,} (batch {t.batch_size} x seq_len "
         f"{m.seq_len}; {t.grad_accum} micro-batch(es) of {t.batch_size // t.grad_accum})",
-        f"FLOPs per token  {flops_per_token(m):.3g} (training, forward and backward)",
+        f"FLOPs per token  {flops_per_token(cfg):.3g} (training, forward and backward"
+        + ("; LoRA: frozen weights get no weight gradient)" if cfg.lora.enabled else ")"),
     ]
     micro = t.batch_size // t.grad_accum
     return Plan(

@@ -1,9 +1,10 @@
 """Console progress (loss, tokens/s, MFU, step-time split, ETA) and the loss plot.
 
 MFU (model FLOPs utilisation) = ``flops_per_token * tokens_per_second / peak``, where
-``flops_per_token = 6 * N_matmul + 12 * n_layers * d_model * seq_len`` (see
-``gpt_models.flops_per_token``) and ``peak`` comes from ``mfu.peak_flops``; when the peak is
-unknown (``None``: CPUs, device kinds not in the table) no MFU is shown.
+``flops_per_token`` counts what the train step computes (``6 * N_matmul + 12 * n_layers *
+d_model * seq_len`` when every weight trains, less with LoRA: see ``gpt_models.flops_per_token``)
+and ``peak`` comes from ``mfu.peak_flops``; when the peak is unknown (``None``: CPUs, device kinds
+not in the table) no MFU is shown.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ from .._distributed.processes import host_value, is_primary
 from .._errors import (
     TrainingDivergedError,
 )
-from .._model.gpt import compute_dtype, flops_per_token
+from .._model.flops import flops_per_token
+from .._model.gpt import compute_dtype
 from .._model.lora import lora_summary, model_of, trainable_count
 from .._runs.checkpoint import CapturedLogs, Checkpointer
 from .evaluate import Evaluator
@@ -82,7 +83,7 @@ class StepLoop:
         self.peak_note = unknown_peak_note(devices, cfg.log.peak_flops)
         self.started = time.perf_counter()
         self.progress = Progress(
-            t.steps, start, t.batch_size * cfg.model.seq_len, flops_per_token(cfg.model), peak,
+            t.steps, start, t.batch_size * cfg.model.seq_len, flops_per_token(cfg), peak,
             every=cfg.log.every, stream=self.stream, bytes_per_token=dataset.bytes_per_token,
         )  # fmt: skip
         self.loss = self.val = math.nan

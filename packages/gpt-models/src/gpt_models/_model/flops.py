@@ -1,0 +1,68 @@
+"""Training FLOPs per token, the numerator of MFU: what a run's train step computes per token.
+
+A full run trains every weight; a LoRA run (``[lora]`` with ``rank > 0``) differentiates the
+adapters alone, so its frozen weights cost no weight gradient and its adapters add matmuls of
+their own. Both are counted here, from the config alone, so the progress line, the metrics and
+``--dry-run`` agree on one number.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._config.schema import ModelConfig
+from .lora import lora_config, model_of
+
+
+def _projections(model: ModelConfig) -> dict[str, tuple[int, int]]:
+    """``(inputs, outputs)`` of each block's projections, keyed by their ``lora.targets`` names."""
+    d, f = model.d_model, model.ff_dim
+    q, kv = model.n_heads * model.head_dim, model.kv_heads * model.head_dim
+    shapes = {"q": (d, q), "k": (d, kv), "v": (d, kv), "o": (q, d), "up": (d, f), "down": (f, d)}
+    if model.mlp == "swiglu":
+        shapes["gate"] = (d, f)
+    return shapes
+
+
+def flops_per_token(config: Any) -> float:
+    """Training FLOPs per token (forward and backward) of the run ``config`` describes.
+
+    A full run counts ``6 * N_matmul + 12 * n_layers * d_model * seq_len``: 2 FLOPs per
+    multiply-add forward, and backward 2 for activation gradients and 2 for weight gradients.
+    ``N_matmul`` counts the weights of every matrix multiply (attention and MLP projections and the
+    output projection onto the vocabulary, tied or not) and excludes the embedding lookups; the
+    second term is the attention scores and weighted sum (forward 2 + backward 4 FLOPs per
+    multiply-add, over the full ``seq_len`` square, as in the PaLM paper's MFU definition).
+
+    A LoRA run (a ``Config`` whose ``lora.rank > 0``) trains its adapters alone, so its frozen
+    weights get no weight gradient: ``4 * N_matmul + 6 * N_lora`` plus the same attention term,
+    where ``N_lora`` is ``rank * (inputs + outputs)`` of each adapted projection in each layer
+    (the ``lora_a`` and ``lora_b`` matmuls, forward, activation and weight gradients). Activation
+    gradients are counted through every matmul, down to the first block: an upper bound, since
+    nothing below the first adapter trains and autodiff skips what only that would need (with the
+    default ``q,v`` targets, the first block's key projection and its inputs' gradients).
+
+    Args:
+        config: a :class:`Config` (its ``[lora]`` section decides what trains) or its
+            ``ModelConfig`` (counted as a full run, every weight trained).
+
+    Example:
+        >>> import dataclasses
+        >>> from gpt_models import PRESETS, LoRAConfig, flops_per_token
+        >>> cfg = PRESETS["gpt2-small"]
+        >>> f"{flops_per_token(cfg.model):.3g}"
+        '8.55e+08'
+        >>> f"{flops_per_token(dataclasses.replace(cfg, lora=LoRAConfig(rank=8))):.3g}"
+        '6.09e+08'
+    """
+    model = model_of(config)
+    shapes = _projections(model)
+    layers = model.n_layers
+    n_matmul = layers * sum(i * o for i, o in shapes.values()) + model.d_model * model.vocab_size
+    attention = 12.0 * layers * model.d_model * model.seq_len
+    lora = lora_config(model)
+    if lora is None:
+        return 6.0 * n_matmul + attention
+    adapted = lora.kernels(gated=model.mlp == "swiglu")
+    n_lora = layers * lora.rank * sum(sum(shapes[k]) for k in adapted)
+    return 4.0 * n_matmul + 6.0 * n_lora + attention
