@@ -378,3 +378,107 @@ def test_a_template_that_refuses_a_lone_user_turn_still_finishes_the_run(
         "cannot write the prompt as a user turn (TemplateError: a system message must come "
         "first)" in error_line(err)
     )
+
+
+CHAT_END_OF_TURN = 4  # <|im_end|> in the chat tokenizer (conftest.py)
+
+
+def _import(capsys, folder: Path, run: Path) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["import", str(folder), "--name", run.name, "--out", str(run.parent)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _exported(chat_run, tmp_path: Path, capsys) -> Path:
+    """The chat run exported: a Hugging Face folder with the ChatML template in its
+    tokenizer_config.json, as an instruct model is published."""
+    assert main(["export", str(chat_run.run), str(tmp_path / "hf")]) == 0
+    capsys.readouterr()
+    return tmp_path / "hf"
+
+
+def test_an_imported_chat_model_samples_as_one_and_exports_its_template_again(
+    chat_run, tmp_path, capsys
+):
+    folder = _exported(chat_run, tmp_path, capsys)
+    template = json.loads((folder / "tokenizer_config.json").read_text())["chat_template"]
+    run = tmp_path / "runs" / "instruct"
+    code, out, err = _import(capsys, folder, run)
+    assert code == 0 and err == ""
+    kept = json.loads((run / "chat_format.json").read_text())
+    end = CHAT_END_OF_TURN
+    assert (kept["template"], kept["end_of_turn_text"], kept["end_of_turn_ids"]) == (
+        template, "<|im_end|>", [end]
+    )  # fmt: skip
+    assert kept["template_file"] == str((folder / "tokenizer_config.json").absolute())
+    assert (
+        f"Chat template: {kept['template_file']}; gpt sample --run {run} writes a prompt as a user "
+        f"turn and stops at the end of the reply ('<|im_end|>', id {end}); --raw continues it as "
+        "plain text." in out
+    )
+    # The same weights and template as the run it came from: the same reply, not a continuation.
+    flags = ("--prompt", "hi", "--max-new-tokens", "8")
+    code, reply, _ = _sample(capsys, run, *flags)
+    assert code == 0 and reply == _sample(capsys, chat_run.run, *flags)[1]
+    code, raw, _ = _sample(capsys, run, *flags, "--raw")
+    assert code == 0 and raw.startswith("hi") and raw != reply
+    assert main(["export", str(run), str(tmp_path / "again")]) == 0
+    config = json.loads((tmp_path / "again" / "tokenizer_config.json").read_text())
+    assert config["chat_template"] == template
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["eos_token_id"][0] == end
+
+
+def test_a_template_in_chat_template_jinja_is_kept_and_a_folder_without_one_imports_as_before(
+    chat_run, tmp_path, capsys
+):
+    """transformers 5 writes the template to chat_template.jinja, not tokenizer_config.json."""
+    folder = _exported(chat_run, tmp_path, capsys)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    template = config.pop("chat_template")
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    plain = tmp_path / "plain"
+    assert _import(capsys, folder, plain)[0] == 0
+    assert not (plain / "chat_format.json").exists()
+    code, reply, _ = _sample(capsys, plain, "--prompt", "hi")
+    assert code == 0 and reply == _sample(capsys, plain, "--prompt", "hi", "--raw")[1]
+    assert main(["export", str(plain), str(tmp_path / "plain-hf")]) == 0
+    assert "chat_template" not in json.loads(
+        (tmp_path / "plain-hf" / "tokenizer_config.json").read_text()
+    )
+    (folder / "chat_template.jinja").write_text(template)
+    jinja = tmp_path / "jinja"
+    assert _import(capsys, folder, jinja)[0] == 0
+    kept = json.loads((jinja / "chat_format.json").read_text())
+    assert (kept["template"], kept["end_of_turn_ids"]) == (template, [CHAT_END_OF_TURN])
+    assert kept["template_file"] == str((folder / "chat_template.jinja").absolute())
+    assert main(["export", str(jinja), str(tmp_path / "jinja-hf")]) == 0
+    again = json.loads((tmp_path / "jinja-hf" / "tokenizer_config.json").read_text())
+    assert again["chat_template"] == template
+
+
+def test_a_template_import_cannot_keep_is_left_out_with_a_note_naming_why(
+    chat_run, tmp_path, capsys
+):
+    folder = _exported(chat_run, tmp_path, capsys)
+    (folder / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}")
+    code, _, err = _import(capsys, folder, tmp_path / "broken")
+    assert code == 0 and not (tmp_path / "broken" / "chat_format.json").exists()
+    assert err == (
+        f"note: The chat template in {folder / 'chat_template.jinja'} is not valid Jinja (line 1: "
+        "Unexpected end of template. Jinja was looking for the following tags: 'endfor' or "
+        "'else'. The innermost block that needs to be closed is 'for'.). Fix the template, or "
+        "move the file away to use the plain template. The imported run keeps no chat template "
+        "(gpt sample continues a prompt as plain text, gpt export writes none); fix the template "
+        "and import again to keep it.\n"
+    )
+    (folder / "chat_template.jinja").unlink()
+    (folder / "tokenizer.json").unlink()
+    code, _, err = _import(capsys, folder, tmp_path / "weights")
+    assert code == 0 and not (tmp_path / "weights" / "chat_format.json").exists()
+    assert err == (
+        f"note: {folder / 'tokenizer_config.json'} holds a chat template, but {folder} has no "
+        "tokenizer.json, so the imported run (on the byte tokenizer) keeps no chat template: its "
+        "token ids would not be the ones the template was written for. Put the model's "
+        "tokenizer.json in the folder and import again to keep it.\n"
+    )

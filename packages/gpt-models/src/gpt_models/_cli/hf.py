@@ -41,16 +41,27 @@ def export_parser(p: argparse.ArgumentParser) -> None:
 
 def import_command(args: argparse.Namespace) -> int:
     """``gpt import``: a run folder at step 0 from a Hugging Face folder."""
+    from .._data.chat_format import read_chat_format
     from .._runs.folders import check_run_name
     from .._runs.hf_import import import_run
+    from .._runs.resolve import CHAT_FILE
     from .empty_values import refuse_empty
 
     refuse_empty(
         "gpt import",
         [("DIR", args.source, "gpt import hf/gpt2 --name gpt2"), ("--out", args.out, "runs")],
     )
-    run = import_run(args.source, Path(args.out) / check_run_name(args.name), dtype=args.dtype)
+    run = import_run(args.source, Path(args.out) / check_run_name(args.name), dtype=args.dtype,
+                     notes=sys.stderr)  # fmt: skip
     print(f"imported {args.source} into {run} (step 0); try: gpt eval --run {run}")
+    if (run / CHAT_FILE).is_file():
+        chat = read_chat_format(run / CHAT_FILE)
+        if chat.end_of_turn_ids:
+            print(
+                f"Chat template: {chat.template_file}; gpt sample --run {run} writes a prompt as a "
+                f"user turn and stops at the end of the reply ({chat.end_of_turn_text!r}, id "
+                f"{chat.end_of_turn_ids[0]}); --raw continues it as plain text."
+            )
     return 0
 
 

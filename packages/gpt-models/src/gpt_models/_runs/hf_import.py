@@ -7,6 +7,13 @@ dropped from host memory one by one. ``gpt import`` keeps them as a run at step 
 folder's tokenizer: its ``tokenizer.json`` copied as it is (``data.tokenizer`` names the copy), or
 ``data.tokenizer = "byte"`` when it is the byte tokenizer ``gpt export`` writes for a byte-level
 run, so that run comes back as it left.
+
+An instruct model's folder carries its chat template (``chat_template`` in
+``tokenizer_config.json``, or ``chat_template.jinja``). ``gpt import`` records it as ``gpt prepare``
+records a chat store's (``_data/chat_format.py``: the template, the special tokens it reads, the
+token that ends an assistant turn) and keeps it as the run's ``chat_format.json``, so ``gpt sample``
+writes a prompt as a user turn and ``gpt export`` writes the template back. A template that cannot
+be read (not valid Jinja, a damaged config) is left out with a note: the weights still import.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import jax
 import numpy as np
@@ -24,9 +31,12 @@ import numpy as np
 import blox as bx
 
 from .._config.schema import Config, ModelConfig
+from .._data.chat_format import ChatFormat, chat_format_of, plain_template
+from .._data.chat_template import find_chat_template
+from .._data.encoder import Encoder
 from .._data.run_tokenizer import TOKENIZER_FILE
 from .._distributed.mesh import single_device_mesh
-from .._errors import CheckpointFormatError
+from .._errors import CheckpointFormatError, DataError
 from .._model.gpt import abstract_params
 from .._model.hf_layout import PREFIX, Entry
 from .folders import check_new_path, new_folder
@@ -124,12 +134,16 @@ def _read(t: Tensor, rows: int = 0) -> np.ndarray:
     return whole
 
 
-def import_run(source: str | Path, run_dir: str | Path, *, dtype: str = "float32") -> Path:
+def import_run(
+    source: str | Path, run_dir: str | Path, *, dtype: str = "float32", notes: TextIO | None = None
+) -> Path:
     """Make a run folder at step 0 from a Hugging Face folder: ``config.toml`` and the params.
 
     ``gpt sample``, ``gpt eval`` and :func:`load_run` read it like a trained run, with the
-    folder's tokenizer. Everything is read and checked before ``run_dir`` is created; a failure
-    while writing removes it again, with any parent folder made for it.
+    folder's tokenizer and chat template (``chat_format.json``, see the module docstring).
+    Everything is read and checked before ``run_dir`` is created; a failure while writing removes
+    it again, with any parent folder made for it. ``notes`` gets a line where the folder's chat
+    template is not kept, or ends no assistant turn with one token.
 
     Raises:
         CheckpointFormatError: see :func:`import_hf`.
@@ -138,12 +152,16 @@ def import_run(source: str | Path, run_dir: str | Path, *, dtype: str = "float32
     """
     from .._config.toml import dumps
     from .checkpoint import Checkpointer
+    from .resolve import keep_chat_format
 
     run, folder = Path(run_dir), Path(source)
     check_dtype(dtype, "--dtype")
     check_new_path(run, what="--out/--name", fix=_FIX)
     checked = check_hf_folder(folder, dtype=dtype)
     tokenizer = checked.tokenizer
+    chat, why = folder_chat_format(folder, tokenizer)
+    if chat is not None and not chat.end_of_turn_ids:
+        why = chat.note  # kept all the same, as gpt prepare keeps it: prompts are still turns
     cfg, params = read_weights(checked)
     if tokenizer is not None:
         kind = "byte" if tokenizer == "byte" else str((run / TOKENIZER_FILE).absolute())
@@ -153,10 +171,55 @@ def import_run(source: str | Path, run_dir: str | Path, *, dtype: str = "float32
             shutil.copyfile(folder / TOKENIZER_FILE, run / TOKENIZER_FILE)
         header = f"# Imported from the Hugging Face folder {folder.resolve()}\n"
         (run / "config.toml").write_text(header + dumps(cfg), encoding="utf-8")
+        keep_chat_format(chat, run)
         ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints, async_save=False)
         try:
             ckpt.save(0, {"params": params}, {"step": 0, "source": str(folder.resolve())})
             ckpt.wait()
         finally:
             ckpt.close()
+    if notes is not None and why:
+        print(f"note: {why}", file=notes)
     return run
+
+
+def folder_chat_format(folder: Path, tokenizer: str | None) -> tuple[ChatFormat | None, str]:
+    """The chat format of ``folder``'s chat template, recorded as ``gpt prepare`` records a chat
+    store's, for the folder's ``tokenizer`` (as :class:`HFFolder` names it).
+
+    Returns ``(format, "")``; ``(None, "")`` when the folder has no template; ``(None, why)`` when
+    it has one that cannot be kept, ``why`` saying so.
+    """
+    try:
+        template = find_chat_template(folder / TOKENIZER_FILE)
+    except DataError as err:  # a damaged config or template must not cost the user the weights
+        return None, (
+            f"{err} The imported run keeps no chat template (gpt sample continues a prompt as "
+            "plain text, gpt export writes none); fix the template and import again to keep it."
+        )
+    if template is None:
+        return None, ""
+    if tokenizer is None:
+        return None, (
+            f"{template.file} holds a chat template, but {folder} has no {TOKENIZER_FILE}, so the "
+            "imported run (on the byte tokenizer) keeps no chat template: its token ids would not "
+            f"be the ones the template was written for. Put the model's {TOKENIZER_FILE} in the "
+            "folder and import again to keep it."
+        )
+    if tokenizer == "byte":
+        enc = Encoder("byte")
+    else:
+        from tokenizers import Tokenizer
+
+        enc = Encoder("bpe", Tokenizer.from_file(tokenizer))
+    # An export of a run trained on chats without a template of their own: the same record again.
+    if template.source == plain_template(enc.eot_text):
+        return chat_format_of(enc, None), ""
+    if enc.tok is None:  # the end of a turn is found among a tokenizer.json's added tokens
+        return None, (
+            f"{template.file} holds a chat template other than the plain one, but {folder}'s "
+            "tokenizer is the byte tokenizer, which has no special token to end an assistant "
+            "turn, so the imported run keeps no chat template. Prepare chat data with a "
+            "tokenizer.json that has one (gpt prepare --tokenizer) to train a chat model."
+        )
+    return chat_format_of(enc, template), ""
