@@ -482,3 +482,54 @@ def test_a_template_import_cannot_keep_is_left_out_with_a_note_naming_why(
         "token ids would not be the ones the template was written for. Put the model's "
         "tokenizer.json in the folder and import again to keep it.\n"
     )
+
+
+def test_a_run_started_from_a_chat_model_on_plain_text_keeps_its_template(
+    chat_run, tmp_path, capsys
+):
+    """From the imported run and from the Hugging Face folder itself; gpt export carries it."""
+    folder = _exported(chat_run, tmp_path, capsys)
+    template = json.loads((folder / "tokenizer_config.json").read_text())["chat_template"]
+    assert _import(capsys, folder, tmp_path / "instruct")[0] == 0
+    text = tmp_path / "text.txt"
+    text.write_text("hello there , how are you ? fine , thanks !\n" * 40)
+    flags = ["--set", f"data.path={text}", "--set", "train.steps=2", "--set",
+             "train.batch_size=8", "--set", "train.warmup_steps=0", "--set", "train.eval_batches=1",
+             "--set", "sample.max_new_tokens=4"]  # fmt: skip
+    for name, source in (("from-run", tmp_path / "instruct"), ("from-hf", folder)):
+        capsys.readouterr()
+        args = ["train", "--init-from", str(source), "--out", str(tmp_path), "--name", name]
+        assert main([*args, *flags]) == 0
+        err = capsys.readouterr().err
+        kept = json.loads((tmp_path / name / "chat_format.json").read_text())
+        assert (kept["template"], kept["end_of_turn_ids"]) == (template, [CHAT_END_OF_TURN])
+        assert (
+            f"note: the data is not chat, so this run keeps the chat template of init.source "
+            f"{source} (from {folder / 'tokenizer_config.json'}): gpt sample writes a prompt as a "
+            "user turn (--raw: as plain text) and gpt export carries the template." in err
+        )
+    assert main(["export", str(tmp_path / "from-run"), str(tmp_path / "ft-hf")]) == 0
+    config = json.loads((tmp_path / "ft-hf" / "tokenizer_config.json").read_text())
+    assert config["chat_template"] == template
+    # The same tokenizer copied elsewhere keeps it; one whose ids differ does not.
+    source = tmp_path / "instruct"
+    vocab = json.loads((source / "tokenizer.json").read_text())
+    copy, other = tmp_path / "copy.json", tmp_path / "other.json"
+    copy.write_text(json.dumps(vocab))
+    words = vocab["model"]["vocab"]
+    words["hi"], words["hello"] = words["hello"], words["hi"]
+    other.write_text(json.dumps(vocab))
+    for name, tok in (("copied", copy), ("other", other)):
+        args = ["train", "--init-from", str(source), "--out", str(tmp_path), "--name", name]
+        assert main([*args, *flags, "--set", f"data.tokenizer={tok}"]) == 0
+    assert (
+        json.loads((tmp_path / "copied" / "chat_format.json").read_text())["template"] == template
+    )
+    assert not (tmp_path / "other" / "chat_format.json").exists()
+    # Resumed after its source was deleted: the run keeps what it kept.
+    shutil.rmtree(source)
+    resume = ["train", "--resume", str(tmp_path / "copied"), "--set", "train.steps=3"]
+    assert main(resume) == 0
+    assert (
+        json.loads((tmp_path / "copied" / "chat_format.json").read_text())["template"] == template
+    )

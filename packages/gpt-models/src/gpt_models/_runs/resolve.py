@@ -35,7 +35,7 @@ from .._data.corpus import Tokenizer, bin_files
 from .._data.mixture import missing_source
 from .._data.run_tokenizer import prepare_tokenizer
 from .._data.store import is_store, read_manifest
-from .._errors import ConfigError, DataError
+from .._errors import ConfigError, DataError, UsageError
 
 # What data.path can hold (data.kind), as the messages name it.
 DATA_KINDS = {
@@ -171,9 +171,10 @@ def training_chat_format(cfg: Config, run: Path, stream: TextIO) -> ChatFormat |
     """:func:`data_chat_format` as ``gpt train`` takes it: a chat store that cannot give it
     (prepared before stores recorded it) still trains, with a note on ``stream`` saying how to fix
     it for later; a resumed run keeps the format it kept, else its sample.txt continues
-    sample.prompt as plain text."""
+    sample.prompt as plain text. On data that is not chat, a run started from a chat model keeps
+    that model's format (:func:`source_chat_format`)."""
     try:
-        return data_chat_format(cfg)
+        chat = data_chat_format(cfg)
     except DataError as err:
         with contextlib.suppress(DataError):  # a damaged kept file: as if there were none
             if (run / CHAT_FILE).is_file():
@@ -181,6 +182,45 @@ def training_chat_format(cfg: Config, run: Path, stream: TextIO) -> ChatFormat |
         print(f"note: {err} Until then, sample.txt continues sample.prompt as plain text.",
               file=stream)  # fmt: skip
         return None
+    if chat is not None or not cfg.init.source:
+        return chat
+    try:
+        return source_chat_format(cfg, stream)
+    except UsageError:  # the source was moved or changed since the run started from it
+        with contextlib.suppress(DataError):
+            if (run / CHAT_FILE).is_file():
+                return read_chat_format(run / CHAT_FILE)
+        return None
+
+
+def source_chat_format(cfg: Config, stream: TextIO) -> ChatFormat | None:
+    """The chat format of ``cfg.init.source`` (a run's kept one, a Hugging Face folder's
+    template), for a run that starts from it on data that is not chat, with its tokenizer: the
+    weights are still the chat model's, and its exports should still carry its template. A note
+    on ``stream`` says so, or why a damaged one is not kept."""
+    source = init_source(cfg.init.source)
+    if not _same_tokenizer(cfg.data.tokenizer, source.tokenizer):
+        return None  # another tokenizer: the template's text would not be the ids it was for
+    try:
+        if source.kind == "hf":
+            from .hf_import import folder_chat_format
+
+            tokenizer = None if source.tokenizer is None else str(source.tokenizer)
+            chat = folder_chat_format(source.path, tokenizer)[0]
+        else:
+            kept = source.path / CHAT_FILE
+            chat = read_chat_format(kept) if kept.is_file() else None
+    except DataError as err:
+        print(f"note: {err} This run keeps no chat template of its own.", file=stream)
+        return None
+    if chat is not None:
+        print(
+            f"note: the data is not chat, so this run keeps the chat template of init.source "
+            f"{source.path} (from {chat.template_file}): gpt sample writes a prompt as a user "
+            "turn (--raw: as plain text) and gpt export carries the template.",
+            file=stream,
+        )
+    return chat
 
 
 def run_chat_format(run: str | Path, cfg: Config) -> ChatFormat | None:
@@ -200,6 +240,17 @@ def keep_chat_format(chat: ChatFormat | None, run: Path) -> None:
         (run / CHAT_FILE).unlink(missing_ok=True)
         return
     (run / CHAT_FILE).write_text(json.dumps(chat.to_json(), indent=1) + "\n", encoding="utf-8")
+
+
+def _same_tokenizer(tokenizer: str, source: Path | None) -> bool:
+    """Whether ``data.tokenizer`` is the source's (None: the byte tokenizer), by content: the
+    same JSON copied elsewhere, or written with other spacing, is the same tokenizer."""
+    if source is None or tokenizer in BUILTIN_TOKENIZERS:
+        return source is None and tokenizer == "byte"
+    try:
+        return bool(json.loads(Path(tokenizer).read_bytes()) == json.loads(source.read_bytes()))
+    except (OSError, ValueError):  # the run's own tokenizer check says what is wrong with it
+        return False
 
 
 @dataclasses.dataclass(frozen=True)
