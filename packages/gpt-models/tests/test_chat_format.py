@@ -533,3 +533,43 @@ def test_a_run_started_from_a_chat_model_on_plain_text_keeps_its_template(
     assert (
         json.loads((tmp_path / "copied" / "chat_format.json").read_text())["template"] == template
     )
+
+
+def test_a_byte_level_chat_run_exported_and_imported_keeps_the_plain_template(
+    tmp_path, small_args, capsys
+):
+    """Chats without a template of their own (the plain one, ended by NUL): the same record."""
+    store = tmp_path / "store"
+    assert main(["prepare", str(_chat_jsonl(tmp_path / "c.jsonl")), "--out", str(store),
+                 "--val-fraction", "0.2"]) == 0  # fmt: skip
+    assert main(["train", "--out", str(tmp_path), "--name", "run", *small_args,
+                 "--set", f"data.path={store}", "--set", "model.mlp=swiglu",
+                 "--set", "model.qk_norm=false", "--set", "model.seq_len=64"]) == 0  # fmt: skip
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "hf")]) == 0
+    code, out, err = _import(capsys, tmp_path / "hf", tmp_path / "back")
+    assert code == 0 and err == ""
+    assert "stops at the end of the reply ('\\x00', id 0)" in out
+    kept = json.loads((tmp_path / "back" / "chat_format.json").read_text())
+    assert kept == json.loads((tmp_path / "run" / "chat_format.json").read_text()) == _record(store)
+    flags = ("--prompt", "hi 3", "--max-new-tokens", "8")
+    assert (
+        _sample(capsys, tmp_path / "back", *flags)[1]
+        == _sample(capsys, tmp_path / "run", *flags)[1]
+    )
+    # Another template with the byte tokenizer has no special token to end a turn: left out.
+    config = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
+    config["chat_template"] = CHATML_LIKE
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps(config))
+    code, _, err = _import(capsys, tmp_path / "hf", tmp_path / "other")
+    assert code == 0 and not (tmp_path / "other" / "chat_format.json").exists()
+    assert err == (
+        f"note: {tmp_path / 'hf' / 'tokenizer_config.json'} holds a chat template other than the "
+        f"plain one, but {tmp_path / 'hf'}'s tokenizer is the byte tokenizer, which has no special "
+        "token to end an assistant turn, so the imported run keeps no chat template. Prepare chat "
+        "data with a tokenizer.json that has one (gpt prepare --tokenizer) to train a chat model.\n"
+    )
+
+
+CHATML_LIKE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['content'] + '<|im_end|>' }}{% endfor %}"
+)
