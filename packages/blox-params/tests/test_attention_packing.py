@@ -177,6 +177,25 @@ def test_any_segment_layout_keeps_examples_apart():
     check()
 
 
+def test_segment_positions_count_the_earlier_tokens_of_the_same_id():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=30, deadline=None, derandomize=True, database=None)
+    @hypothesis.given(st.lists(st.lists(st.integers(-2, 3), min_size=7, max_size=7), min_size=1,
+                               max_size=3))  # fmt: skip
+    def check(rows):
+        # Any ids in any order, a segment coming back later in its row included: the position is
+        # how many earlier tokens of the row share the id, which is what the segment mask shows.
+        ids = np.array(rows, np.int32)
+        want = [[sum(r[j] == r[i] for j in range(i)) for i in range(len(r))] for r in rows]
+        got = bx.segment_positions(jnp.asarray(ids))
+        assert got.dtype == jnp.int32 and got.tolist() == want
+        assert jax.jit(bx.segment_positions)(jnp.asarray(ids)).tolist() == want
+
+    check()
+
+
 def test_cached_decoding_is_unchanged_by_packing_support():
     mha, params = layer("blocked")
     x = jax.random.normal(jax.random.key(3), (2, 6, D))

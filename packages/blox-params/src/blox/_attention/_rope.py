@@ -79,10 +79,18 @@ def segment_positions(segment_ids: jax.Array) -> jax.Array:
         >>> bx.segment_positions(jnp.array([[1, 1, 1, 2, 2, 0]])).tolist()
         [[0, 1, 2, 0, 1, 0]]
     """
+    # O(T log T), not a (T, T) comparison: a stable sort groups equal ids in row order, a
+    # token's rank within its group is its position, and the inverse permutation puts it back.
     T = segment_ids.shape[-1]
-    same = segment_ids[..., :, None] == segment_ids[..., None, :]  # (..., T, T)
-    earlier = jnp.arange(T)[:, None] > jnp.arange(T)[None, :]
-    return jnp.sum(same & earlier, axis=-1, dtype=jnp.int32)
+    order = jnp.argsort(segment_ids, axis=-1, stable=True)
+    grouped = jnp.take_along_axis(segment_ids, order, axis=-1)
+    index = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), grouped.shape)
+    starts = jnp.concatenate(
+        [jnp.ones_like(grouped[..., :1], bool), grouped[..., 1:] != grouped[..., :-1]], axis=-1
+    )
+    first = jax.lax.cummax(jnp.where(starts, index, 0), axis=grouped.ndim - 1)
+    back = jnp.argsort(order, axis=-1)
+    return jnp.take_along_axis(index - first, back, axis=-1)
 
 
 def call_positions(
