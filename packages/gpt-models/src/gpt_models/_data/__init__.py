@@ -3,7 +3,8 @@ batches (``corpus.py``), a data mixture's sampler (``mixture.py``), nanoGPT ``.b
 tokenizer a run folder uses (``run_tokenizer.py``); ``gpt prepare``: documents read from text,
 JSONL and parquet files (``sources.py``, in chunks: ``chunks.py``; chat and completion lines:
 ``examples.py``) tokenized resumably (``prepare.py``; its tokenizer: ``encoder.py``; chat templates:
-``chat_template.py``; examples to ids and loss masks: ``sft_encode.py``; where it may write:
+``chat_template.py``; the chat format a store records and a run keeps, for sampling and export:
+``chat_format.py``; examples to ids and loss masks: ``sft_encode.py``; where it may write:
 ``out_folder.py``; the split: ``val_split.py``) into a token store (``store.py``) described by its
 checked manifest (``manifest.py``, written by ``store_manifest.py``); a store's loss-mask streams
 (``sft_store.py``) and their packed batches (``packing.py``).
