@@ -80,18 +80,26 @@ class HigherOrderRules:
 
     # --- higher-order primitives -----------------------------------------------------------
     def _rebind_call(
-        self, ctx: Context, eqn: Any, invals: list[Any], key: str, extend: Callable | None = None
+        self,
+        ctx: Context,
+        eqn: Any,
+        invals: list[Any],
+        key: str,
+        extend: Callable | None = None,
+        *,
+        open_body: bool = False,
     ) -> list[Any]:
         """Bind ``eqn``'s primitive again, same params, with ``params[key]`` rewritten.
 
         ``extend(params, n_consts, n_emitted)`` adapts per-argument params (jit's shardings,
         layouts, donation) to the consts and emitted outputs the rewritten body gained.
+        ``open_body``: the param holds an open jaxpr (remat's), not a closed one.
         """
         new, const_args, tree = self._retrace(eqn, eqn.params[key], invals)
         params = dict(eqn.params)
         if extend is not None:
             params = extend(params, len(const_args), tree.num_leaves)
-        params[key] = new
+        params[key] = compat.jaxpr_and_consts(new)[0] if open_body else new  # const-free
         with compat.eqn_context(eqn):
             outs = compat.bind(eqn.primitive, [*const_args, *invals], params)
         n_out = len(eqn.outvars)
@@ -200,11 +208,7 @@ class HigherOrderRules:
         # recomputation off from the forward pass. jax.checkpoint would bind a fresh,
         # undifferentiated remat, which XLA merges with the forward values it was meant to
         # recompute: every activation is kept again, and the memory remat saves is silently lost.
-        new, const_args, tree = self._retrace(eqn, eqn.params["jaxpr"], invals)
-        params = dict(eqn.params, jaxpr=compat.jaxpr_and_consts(new)[0])  # const-free
-        with compat.eqn_context(eqn):
-            outs = compat.bind(eqn.primitive, [*const_args, *invals], params)
-        return self._split_outs(ctx, eqn, outs, {"tree": tree})
+        return self._rebind_call(ctx, eqn, invals, "jaxpr", open_body=True)
 
     def _split_outs(self, ctx: Context, eqn: Any, outs: Sequence[Any], box: dict) -> list[Any]:
         n = len(eqn.outvars)
