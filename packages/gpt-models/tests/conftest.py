@@ -131,16 +131,16 @@ def fail_train_step(monkeypatch):
     """``fail_train_step(err, at_call=1)``: the next ``train`` runs the real compiled step, but its
     ``at_call``-th call (and any later one) raises ``err`` instead.
 
-    Patches ``plan_step`` in ``gpt_models.internal.training_loop``, the pre-flight that compiles the
+    Patches ``plan_step`` in ``gpt_models.internal.training_plans``, the pre-flight that compiles the
     step ``train`` then runs, so that the plan's step is wrapped (in a function named ``crashing``:
     a logged traceback shows it). XLA running out of memory mid-step, a full disk under a write and
     a device failing at a chosen step cannot be caused on demand; tests of how ``train`` reports
     them (typed errors, exit codes, the run's errors.log) need them at an exact step. Calling it
     again replaces the earlier failure.
     """
-    from gpt_models.internal import training_loop as loop  # the seam (see above)
+    from gpt_models.internal import training_plans as plans  # the seam (see above)
 
-    real = loop.plan_step
+    real = plans.plan_step
 
     def arm(err: BaseException, at_call: int = 1) -> None:
         def plan_then_fail(*args, **kwargs):
@@ -156,7 +156,7 @@ def fail_train_step(monkeypatch):
             plan.compiled = crashing
             return plan
 
-        monkeypatch.setattr(loop, "plan_step", plan_then_fail)
+        monkeypatch.setattr(plans, "plan_step", plan_then_fail)
 
     return arm
 

@@ -1,8 +1,9 @@
 """gpt_models' private subpackages form layers: a module imports only its own layer and the ones below.
 
 The layers, bottom to top (each subpackage's ``__init__`` docstring says the same):
-``_errors``, ``_console`` < ``_config`` < ``_data``, ``_distributed`` < ``_model`` < ``_runs`` < ``_training``
-< ``_cli``.
+``_errors``, ``_console`` < ``_config`` < ``_data``, ``_distributed`` < ``_model`` < ``_runs`` <
+``_compute`` < ``_inference``, ``_training`` < ``_cli``. Two subpackages of one layer never import
+each other: training takes evaluation and sampling as hooks from the command.
 Imports are read from the installed sources with ``ast``, function-level (lazy) imports included.
 Beside the layers sit the modules that assemble them: ``__init__`` (the public API), ``__main__``
 and ``internal`` (what the tests and benchmarks may reach).
@@ -26,8 +27,10 @@ LAYERS = {
     "_distributed": 2,
     "_model": 3,
     "_runs": 4,
-    "_training": 5,
-    "_cli": 6,
+    "_compute": 5,
+    "_inference": 6,
+    "_training": 6,
+    "_cli": 7,
 }
 
 
@@ -65,8 +68,39 @@ def test_no_module_imports_a_higher_layer(path):
     own = _subpackage(path)
     if own is None:  # an assembler (see ASSEMBLERS): it may import every layer
         return
-    higher = {s for s in _imported_subpackages(path) if s in LAYERS and LAYERS[s] > LAYERS[own]}
+    imported = _imported_subpackages(path) & set(LAYERS)
+    higher = {s for s in imported if LAYERS[s] > LAYERS[own]}
     assert not higher, f"{path.relative_to(PACKAGE)} (layer {LAYERS[own]}) imports {higher}"
+    beside = {s for s in imported if LAYERS[s] == LAYERS[own] and s != own and LAYERS[s] > 2}
+    assert not beside, f"{path.relative_to(PACKAGE)} imports {beside}, beside it in layer {LAYERS[own]}"
+
+
+def test_reading_commands_do_not_import_training(tmp_path):
+    # `gpt sample` and `gpt eval` of a run never load the training code: a subprocess runs both
+    # and lists the gpt_models modules they imported.
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from gpt_models import main, train, PRESETS\n"
+        "import dataclasses, io\n"
+        "t = PRESETS['tiny']\n"
+        "cfg = dataclasses.replace(t, model=dataclasses.replace(t.model, seq_len=16, d_model=16,"
+        " n_layers=1, n_heads=2), train=dataclasses.replace(t.train, steps=1, batch_size=4,"
+        " warmup_steps=0, eval_batches=1))\n"
+        f"train(cfg, {str(tmp_path / 'run')!r}, stream=io.StringIO(), write_sample=False)\n"
+        "for m in [m for m in sys.modules if m.startswith('gpt_models.')]:\n"
+        "    del sys.modules[m]\n"
+        "from gpt_models import main\n"
+        f"main(['sample', '--run', {str(tmp_path / 'run')!r}, '--max-new-tokens', '2'])\n"
+        f"main(['eval', '--run', {str(tmp_path / 'run')!r}])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('gpt_models._training')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=900, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
 
 
 def test_every_module_lives_in_a_layer():

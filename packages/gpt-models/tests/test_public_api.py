@@ -19,6 +19,7 @@ EXPECTED = {
     "PEAK_FLOPS",
     "ModelConfig",
     "PRESETS",
+    "Run",
     "RunInUseError",
     "RULES",
     "SampleConfig",
@@ -57,6 +58,7 @@ EXPECTED = {
 EXPECTED |= {
     "Dataset",
     "RunResult",
+    "resolve_run",
     "TrainingInterrupted",
     "apply_overrides",
     "eval_batches",

@@ -8,9 +8,10 @@ the tests.
 
 Modules, for a test that patches a name where the code looks it up:
 
-- ``training_loop``: where ``train`` finds ``plan_step`` (the pre-flight that compiles the step it
-  then runs), ``run_lock`` and ``plot_losses``. Tests patch them to fail a step on demand, to
-  plant a file just before the lock is taken, and to send a signal right after the loss plot.
+- ``training_plans``: where ``plan_run`` finds ``plan_step`` (the pre-flight that compiles the step
+  the loop then runs). Tests patch it to fail a step on demand.
+- ``training_loop``: where ``run_training`` finds ``run_lock`` and ``plot_losses``. Tests patch them
+  to plant a file just before the lock is taken, and to send a signal right after the loss plot.
 - ``data_prepare``: where ``prepare`` finds ``_CHUNK_BYTES`` (text per chunk) and
   ``write_json_atomic`` (its resume state and manifest). Tests patch them to stop a prepare
   between a chunk's ids and that chunk's state, as a ``kill -9`` could.
@@ -23,11 +24,13 @@ from ._data import prepare as data_prepare
 from ._runs.digest import PendingDigest, read_digest
 from ._runs.digest import verify as verify_digest
 from ._training import loop as training_loop
+from ._training import plans as training_plans
 
 __all__ = [
     "PendingDigest",
     "data_prepare",
     "read_digest",
     "training_loop",
+    "training_plans",
     "verify_digest",
 ]

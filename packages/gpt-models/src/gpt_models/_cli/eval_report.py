@@ -16,15 +16,15 @@ import sys
 
 import numpy as np
 
+from .._compute.preflight import Plan, check_fits
 from .._config.schema import Config
 from .._data.corpus import Tokenizer, load_dataset
 from .._data.run_tokenizer import run_tokenizer
 from .._errors import DataError
+from .._inference.plans import plan_score
+from .._inference.tasks import TaskScore, evaluate_task, save_task_score
+from .._inference.text_eval import encode_file, score_documents, text_files
 from .._runs.folders import load_run, run_config
-from .._training.plans import plan_score
-from .._training.preflight import Plan, check_fits
-from .._training.tasks import TaskScore, evaluate_task, save_task_score
-from .._training.text_eval import encode_file, score_documents, text_files
 
 VAL_TEXT = "@val"
 

@@ -44,7 +44,7 @@ def import_command(args: argparse.Namespace) -> int:
     from .._data.chat_format import read_chat_format
     from .._runs.folders import check_run_name
     from .._runs.hf_import import import_run
-    from .._runs.resolve import CHAT_FILE
+    from .._runs.chat_file import CHAT_FILE
     from .empty_values import refuse_empty
 
     refuse_empty(
@@ -69,10 +69,10 @@ def export_command(args: argparse.Namespace) -> int:
     """``gpt export``: a run's newest checkpoint, with its tokenizer, as a Hugging Face folder."""
     from .._data.run_tokenizer import run_tokenizer
     from .._errors import DataError
-    from .._model.lora import lora_summary, model_of
+    from .._model.lora import lora_summary
     from .._runs.folders import check_run_folder, load_run
     from .._runs.hf_export import export_hf
-    from .._runs.resolve import run_chat_format
+    from .._runs.chat_file import run_chat_format
     from .empty_values import refuse_empty
 
     example = "gpt export runs/<name> hf/<name>"
@@ -102,7 +102,7 @@ def export_command(args: argparse.Namespace) -> int:
         print(f"note: {out} carries the run's chat template. {chat.note}", file=sys.stderr)
     if cfg.lora.enabled:
         print(
-            f"note: the LoRA adapters ({lora_summary(model_of(cfg))}) are merged into the "
+            f"note: the LoRA adapters ({lora_summary(cfg.model)}) are merged into the "
             "exported weights; gpt export --adapter writes them alone, for peft.",
             file=sys.stderr,
         )

@@ -13,8 +13,7 @@ import sys
 
 from .._data.run_tokenizer import run_tokenizer
 from .._errors import UsageError
-from .._runs.folders import load_run, run_config
-from .._training.lm_eval import (
+from .._inference.lm_eval import (
     HarnessScore,
     check_include_path,
     require_lm_eval,
@@ -23,7 +22,9 @@ from .._training.lm_eval import (
     task_manager,
     task_names,
 )
-from .._training.plans import plan_score
+from .._inference.plans import plan_score
+from .._runs.folders import load_run, run_config
+from .run_args import EVAL_KEYS, chosen_run, read_run_config
 
 # What each of lm-eval's common metrics measures, in the units it is printed in.
 MEASURES = {
@@ -43,15 +44,14 @@ MEASURES = {
 
 def lm_eval_command(args: argparse.Namespace) -> int:
     """Run ``--lm-eval``'s tasks on the run's newest checkpoint; print and save the results."""
-    from .commands import _EVAL_KEYS, _chosen_run, _run_config
     from .eval_report import run_preflight
 
     _check_flags(args)
     names = task_names(args.lm_eval)
     check_include_path(args.include_path)
     lm_eval = require_lm_eval()
-    run = _chosen_run(args)
-    config = _run_config(args, run, _EVAL_KEYS)
+    run = chosen_run(args)
+    config = read_run_config(args, run, EVAL_KEYS)
     manager = task_manager(names, args.include_path)
     if run_preflight(args, plan_score(config or run_config(run), args.batch_size, sys.stderr)):
         return 0

@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Sequence
 
 from .._config.presets import PRESETS
+from .._errors import TrainingDivergedError, UsageError
 from .hf import export_parser, import_parser
 from .prepare import prepare_parser
 from .quiet_stderr import quiet_stderr
@@ -257,14 +258,23 @@ def _usage_error(message: str) -> int:
 
 
 def console() -> int:
-    """The ``gpt`` program (its console script and ``python -m gpt_models``): :func:`main` on
-    this process's command line. ``gpt train`` on CPU first restarts the process once with glibc's
-    start-up tunables, for a peak memory that is the same in every run (see ``host_memory.py``)."""
-    if _parser().parse_args().command == "train":  # --help and usage errors exit here, as in main
-        from .._training.host_memory import restart_with_start_tunables
+    """The ``gpt`` program (its console script and ``python -m gpt_models``): the command line
+    parsed once, then ``launcher.py``'s start (the first Ctrl-C stops it: exit 130; ``gpt train``
+    on CPU restarts once with glibc's start-up tunables, ``GPT_CPU_RESTART=0`` to skip), then
+    the command."""
+    from . import launcher
 
-        restart_with_start_tunables()
-    return main()
+    launcher.stop_on_first_interrupt()  # before JAX is imported, which is when Ctrl-C was lost
+    try:
+        args = _parser().parse_args()  # --help and usage errors exit here, as in main
+        if not launcher.settle_after_restart():
+            launcher.restart_if_useful(args.command)
+        return _run(args)
+    except KeyboardInterrupt:
+        print("\ngpt: interrupted (Ctrl-C); stopped before finishing.", file=sys.stderr)
+        return 130
+    except UsageError as err:  # the launcher's own (a bad GPT_CPU_RESTART)
+        return _usage_error(str(err))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -283,13 +293,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         ...
         0
     """
-    args = _parser().parse_args(argv)
+    return _run(_parser().parse_args(argv))
+
+
+def _run(args: argparse.Namespace) -> int:
     quiet_stderr()  # orbax's late reports after a failed save or restore (see quiet_stderr.py)
     if args.command not in ("config", "prepare"):
-        from .._training.host_memory import tune_host_allocator_for_cli
+        from .._compute.host_memory import tune_host_allocator_for_cli
 
         tune_host_allocator_for_cli()  # before the command starts JAX (see tune_host_allocator)
-    from .._errors import TrainingDivergedError, UsageError
     from .commands import config_show_command, eval_command, sample_command, train_command
     from .hf import export_command, import_command
     from .prepare import prepare_command

@@ -111,6 +111,11 @@ class ModelConfig:
     dropout: float = 0.0
 
     @property
+    def base(self) -> ModelConfig:
+        """The model without LoRA adapters (itself; a :class:`LoRAModel` drops its ``lora``)."""
+        return self
+
+    @property
     def real_vocab(self) -> int:
         """The ids in use: ``vocab_real``, or ``vocab_size`` when it is 0."""
         return self.vocab_real or self.vocab_size
@@ -126,6 +131,38 @@ class ModelConfig:
     @property
     def ff_dim(self) -> int:
         return self.d_ff or 4 * self.d_model
+
+
+@dataclasses.dataclass(frozen=True)
+class LoRAModel(ModelConfig):
+    """A model section with LoRA adapters: ``ModelConfig``'s keys and the run's ``[lora]``.
+
+    A ``Config`` whose ``lora.rank > 0`` holds its model section as one of these (``Config``
+    folds it in when it is built), so everything keyed by the model section (the model, compiled
+    steps, samplers, scorers) builds the adapters with it and hashes apart from the plain model.
+    TOML files keep ``[lora]`` as its own section; :attr:`base` is the model without adapters.
+    """
+
+    lora: LoRAConfig = dataclasses.field(default_factory=LoRAConfig)
+
+    @property
+    def base(self) -> ModelConfig:
+        """The same model section without its adapters."""
+        return ModelConfig(
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(ModelConfig)}
+        )
+
+
+def _folded(model: ModelConfig, lora: LoRAConfig) -> ModelConfig:
+    """``model`` as a ``Config`` with ``lora`` holds it: with the adapters, or a plain section."""
+    plain = model.base if isinstance(model, LoRAModel) else model
+    if not lora.enabled:
+        return plain
+    if isinstance(model, LoRAModel) and model.lora == lora:
+        return model
+    return LoRAModel(
+        **{f.name: getattr(plain, f.name) for f in dataclasses.fields(ModelConfig)}, lora=lora
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,6 +349,9 @@ class Config:
     lora: LoRAConfig = dataclasses.field(default_factory=LoRAConfig)
 
     def __post_init__(self) -> None:
+        # The LoRA settings folded into the model section (see LoRAModel): one value says which
+        # model a run computes, wherever a model section travels alone.
+        object.__setattr__(self, "model", _folded(self.model, self.lora))
         validate(self)
 
 

@@ -21,7 +21,7 @@ from core_primitives import did_you_mean, format_problems, list_alternatives
 
 from .._errors import ConfigError
 from .presets import PRESETS
-from .schema import CHOICES, Config
+from .schema import CHOICES, Config, ModelConfig
 from .sources import DataSource, parse_sources
 
 # Flat views: "section.key" -> (field type, value)
@@ -32,8 +32,11 @@ def _sections(cfg: Config) -> dict[str, Any]:
 
 
 def _field_types(section: Any) -> dict[str, type]:
-    hints = typing.get_type_hints(type(section))
-    return {f.name: hints[f.name] for f in dataclasses.fields(section)}
+    # The keys of the section's own class: a model section with LoRA folded in (LoRAModel) has
+    # ModelConfig's keys, and its adapters are the [lora] section's.
+    cls = ModelConfig if isinstance(section, ModelConfig) else type(section)
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
 def valid_keys(cfg: Config | None = None) -> list[str]:
@@ -49,7 +52,17 @@ def valid_keys(cfg: Config | None = None) -> list[str]:
 
 def to_dict(cfg: Config) -> dict[str, dict[str, Any]]:
     """The config as ``{section: {key: value}}``."""
-    return {name: dataclasses.asdict(sec) for name, sec in _sections(cfg).items()}
+    return {
+        name: {k: _plain(getattr(sec, k)) for k in _field_types(sec)}
+        for name, sec in _sections(cfg).items()
+    }
+
+
+def _plain(value: Any) -> Any:
+    # Tuples of dataclasses (data.sources) as tables; everything else as it is.
+    if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+        return tuple(dataclasses.asdict(v) for v in value)
+    return value
 
 
 def _type_name(t: type) -> str:

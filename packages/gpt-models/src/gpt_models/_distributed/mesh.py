@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import jax
 from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import paramspec as ps
+from core_primitives import compat
 
 from .._config.schema import MeshConfig
 from .._errors import ConfigError
@@ -98,3 +101,39 @@ def activation_constraint(mesh: Mesh) -> Any:
         return ps.constrain(x, logical_axes, mesh, RULES)
 
     return constrain
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    """A value held whole on every device of ``mesh`` (scalars, a step counter, a loss)."""
+    return NamedSharding(mesh, P())
+
+
+# XLA:CPU only: XNNPACK graph fusion, greedy, runs the matmuls and their neighbouring elementwise ops
+# through XNNPACK; measured +25% tokens/s on the tiny shape (median of interleaved rounds, see
+# benchmarks/gpt/PROFILE.md). A user's XLA_FLAGS naming the option wins.
+_CPU_XNN_OPTION = "xla_cpu_experimental_xnn_graph_fusion_mode"
+
+
+def compiler_options(mesh: Mesh) -> dict[str, Any] | None:
+    """The XLA options every compiled program of a run on ``mesh`` takes (None: the defaults)."""
+    if any(d.platform != "cpu" for d in mesh.devices.flat):
+        return None
+    if _CPU_XNN_OPTION in os.environ.get("XLA_FLAGS", ""):
+        return None
+    if not compat.xla_cpu_xnn_fusion_supported():  # jaxlib < 0.10 fails at run time
+        return None
+    return {_CPU_XNN_OPTION: "XNN_GRAPH_FUSION_MODE_GREEDY"}
+
+
+def on_one_device(tree: Any) -> Any:
+    """``tree``'s arrays gathered whole onto this process's first device (sampling and scoring
+    run there); arrays sharded across processes are all-gathered first."""
+    return jax.tree.map(_gathered, tree)
+
+
+def _gathered(x: jax.Array) -> jax.Array:
+    if x.is_fully_addressable:
+        return jax.device_put(x, jax.devices()[0])
+    from jax.experimental import multihost_utils
+
+    return jax.numpy.asarray(multihost_utils.process_allgather(x, tiled=True))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._config.schema import ModelConfig
-from .lora import lora_config, model_of
+from .lora import lora_config
 
 
 def _projections(model: ModelConfig) -> dict[str, tuple[int, int]]:
@@ -55,7 +55,7 @@ def flops_per_token(config: Any) -> float:
         >>> f"{flops_per_token(dataclasses.replace(cfg, lora=LoRAConfig(rank=8))):.3g}"
         '6.09e+08'
     """
-    model = model_of(config)
+    model = getattr(config, "model", config)
     shapes = _projections(model)
     layers = model.n_layers
     n_matmul = layers * sum(i * o for i, o in shapes.values()) + model.d_model * model.vocab_size

@@ -23,7 +23,7 @@ import paramspec as ps
 
 from .._config.schema import ModelConfig
 from .._distributed.mesh import RULES, single_device_mesh
-from .lora import lora_config, make_lora, model_of
+from .lora import lora_config, make_lora
 
 Array = jax.Array
 
@@ -327,7 +327,7 @@ def gpt(config: Any) -> GPT:
         >>> gpt(PRESETS["tiny"]) is gpt(PRESETS["tiny"].model)
         True
     """
-    cfg = model_of(config)
+    cfg = getattr(config, "model", config)
     if cfg is not config:
         return gpt(cfg)
     return GPT(bx.Graph("gpt") / "model", cfg)
@@ -361,7 +361,7 @@ def param_specs(config: Any) -> bx.Params:
         >>> p.shape, p.logical_axes
         ((4, 128, 4, 32), ('layers', 'embed', 'heads', 'head_dim'))
     """
-    cfg = model_of(config)
+    cfg = getattr(config, "model", config)
     return jax.eval_shape(init_fn(cfg), jax.random.key(0))  # type: ignore[no-any-return]
 
 
@@ -420,7 +420,7 @@ def init_params(config: Any, key: Any, mesh: Mesh | None = None, rules: Any = No
         >>> init_params(cfg, jax.random.key(0))[("gpt", "model", "embed", "embedding")].shape
         (256, 128)
     """
-    cfg = model_of(config)
+    cfg = getattr(config, "model", config)
     mesh = mesh if mesh is not None else single_device_mesh()
     rules = rules if rules is not None else RULES
     return ps.init_sharded(init_fn(cfg), key, mesh, rules)  # type: ignore[no-any-return]
@@ -439,4 +439,4 @@ def abstract_params(cfg: Any, mesh: jax.sharding.Mesh) -> Any:
         >>> abstract["gpt", "model", "embed", "embedding"].value.shape
         (256, 128)
     """
-    return ps.abstract(param_specs(model_of(cfg)), mesh, RULES)
+    return ps.abstract(param_specs(getattr(cfg, "model", cfg)), mesh, RULES)

@@ -1,56 +1,24 @@
-"""A model with LoRA adapters: the model section that carries ``[lora]``, and the ``bx.LoRA`` of it.
+"""A model with LoRA adapters: the ``bx.LoRA`` of a model section that carries ``[lora]``.
 
-The model is built from its model section alone (``gpt(cfg.model)``), and everything keyed by
-it (compiled steps, samplers, scorers) takes that section as a static argument. A run with
-``lora.rank > 0`` needs the adapters in all of them, so :func:`model_of` gives its model section
-as a :class:`LoRAModel`: a ``ModelConfig`` (every key reads the same) that also carries the
-``[lora]`` section, hashes apart from the plain model, and builds the adapted model. Every
-function that takes "a ``Config`` or its ``ModelConfig``" (``gpt``, ``forward``, ``init_params``,
-``param_specs``, ``generate``) builds the adapted model from a ``Config`` whose LoRA is on.
+A ``Config`` with ``lora.rank > 0`` holds its model section as a ``LoRAModel`` (``_config``),
+so ``cfg.model`` alone builds the adapted model, wherever it travels.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import blox as bx
 
 from .._config.lora import KERNELS, LoRAConfig
-from .._config.schema import ModelConfig
+from .._config.schema import LoRAModel, ModelConfig
 
 BLOCK_PATH = ("gpt", "model", "blocks", "block")
 
 
-@dataclasses.dataclass(frozen=True)
-class LoRAModel(ModelConfig):
-    """A model section with LoRA adapters: ``ModelConfig``'s keys and the run's ``[lora]``."""
-
-    lora: LoRAConfig = dataclasses.field(default_factory=LoRAConfig)
-
-
-def model_of(config: Any) -> ModelConfig:
-    """The model section of ``config`` (a ``Config`` or a ``ModelConfig``), with its LoRA.
-
-    Example:
-        >>> import dataclasses
-        >>> from gpt_models import PRESETS, LoRAConfig
-        >>> cfg = dataclasses.replace(PRESETS["tiny"], lora=LoRAConfig(rank=4))
-        >>> model_of(cfg).lora.rank, model_of(PRESETS["tiny"]) == PRESETS["tiny"].model
-        (4, True)
-    """
-    model = getattr(config, "model", config)
-    lora = getattr(config, "lora", None)
-    if model is config or lora is None or not lora.enabled:
-        return model  # type: ignore[no-any-return]
-    fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(ModelConfig)}
-    return LoRAModel(**fields, lora=lora)
-
-
 def lora_config(model: ModelConfig) -> LoRAConfig | None:
     """The ``[lora]`` section a model section carries (``None``: a plain model)."""
-    lora = getattr(model, "lora", None)
-    return lora if lora is not None and lora.enabled else None
+    return model.lora if isinstance(model, LoRAModel) and model.lora.enabled else None
 
 
 def make_lora(model: ModelConfig, rng: bx.Rng) -> bx.LoRA | None:

@@ -1,5 +1,8 @@
-"""Run folders on disk: what a run reads, resolved once and recorded in its config.toml
-(``resolve.py``), naming, recognising and loading them (``folders.py``), orbax checkpoints
+"""Run folders on disk and the run they hold: a run resolved once into one value (``run.py``:
+``Run`` and ``resolve_run``), what a run reads, resolved and recorded in its config.toml
+(``resolve.py``), the weights it starts from (``init_source.py``), the chat format it keeps
+(``chat_file.py``), whether a launch can start in its folder and what becomes of its records
+(``launch.py``), naming, recognising and loading run folders (``folders.py``), orbax checkpoints
 (``checkpoint.py``) read through stable snapshots (``snapshot.py``), checked by digests
 (``digest.py``) and with a failed restore's reads wound down (``abandoned_reads.py``), the run
 lock (``lock.py``), the run's error log (``runlog.py``), recognising a full disk

@@ -31,7 +31,7 @@ from .._config.lora import KERNELS
 from .._config.schema import Config
 from .._errors import UsageError
 from .._model.hf_layout import BLOCK, PREFIX, Entry, Layout, export_layout
-from .._model.lora import lora_config, model_of
+from .._model.lora import lora_config
 from .folders import check_new_path
 from .hf_export import _FIX, _to_numpy, write_folder
 from .hf_folder import check_dtype
@@ -50,7 +50,7 @@ def export_adapter(config: Config, params: bx.Params, path: str | Path, *,
         UsageError: the config has no LoRA, or ``path`` exists or cannot be written.
         CheckpointFormatError: the model has no GPT-2 or Llama equivalent.
     """
-    model = model_of(config)
+    model = config.model
     lora = lora_config(model)
     if lora is None:
         raise UsageError(

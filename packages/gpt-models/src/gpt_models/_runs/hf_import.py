@@ -39,6 +39,7 @@ from .._distributed.mesh import single_device_mesh
 from .._errors import CheckpointFormatError, DataError
 from .._model.gpt import abstract_params
 from .._model.hf_layout import PREFIX, Entry
+from .chat_file import keep_chat_format
 from .folders import check_new_path, new_folder
 from .hf_folder import HFFolder, Tensor, check_dtype, check_hf_folder, numpy_dtype, open_regular
 
@@ -152,7 +153,6 @@ def import_run(
     """
     from .._config.toml import dumps
     from .checkpoint import Checkpointer
-    from .resolve import keep_chat_format
 
     run, folder = Path(run_dir), Path(source)
     check_dtype(dtype, "--dtype")

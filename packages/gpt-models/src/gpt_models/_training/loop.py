@@ -1,8 +1,11 @@
-"""The training loop: ``train`` runs a config in a run folder, from scratch or from its last checkpoint.
+"""The training loop: :func:`run_training` trains a resolved run with its plan and the command's hooks,
+from scratch or from its last checkpoint.
 
-Around the jitted step (``step.py``) it fetches batches, evaluates, logs metrics, shows progress,
-saves checkpoints, stops on NaN and on SIGTERM/SIGINT (after saving), and at the end writes the loss
-plot and a sample. Run folders are ``_runs/``; signals ``signals.py``; metrics ``logging.py``.
+Around the jitted step it restores or initialises the state, takes the run lock, keeps the run's
+records, and hands the steps to ``step_loop.py``; it stops on NaN and on SIGTERM/SIGINT (after
+saving), and at the end writes the loss plot and the hooks' sample. What the run is, and every
+check that can fail on it, was decided before (``_runs.run.resolve_run``, ``plans.plan_run``);
+evaluation and sampling are the command's hooks (``hooks.py``).
 """
 
 from __future__ import annotations
@@ -10,25 +13,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import io
 import math
 import shutil
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-import jax
-from jax.sharding import Mesh
-
 import lox
-import paramspec as ps
 
-from .._config.schema import Config, DataConfig
+from .._compute.host_memory import keep_host_memory
+from .._compute.preflight import Plan, check_fits, is_out_of_memory, out_of_memory_message
 from .._config.toml import dumps
-from .._data.chat_format import ChatFormat
-from .._data.corpus import Dataset, load_dataset
 from .._data.run_tokenizer import save_tokenizer
-from .._distributed.mesh import make_mesh
 from .._distributed.processes import is_primary
 from .._errors import (
     ConfigError,
@@ -37,33 +33,22 @@ from .._errors import (
     TrainingDivergedError,
     UsageError,
 )
-from .._model.attention import check_attention
+from .._runs.chat_file import keep_chat_format
 from .._runs.checkpoint import CapturedLogs, Checkpointer
 from .._runs.diskfull import disk_full_message
 from .._runs.folders import write_text
+from .._runs.launch import carry_records, holds_checkpoints
 from .._runs.lock import run_lock
-from .._runs.resolve import keep_chat_format, resolve_config, training_chat_format
+from .._runs.run import Run
 from .._runs.runlog import log_failure
 from .._runs.snapshot import committed_steps
-from .evaluate import end_of_run_sample
-from .host_memory import keep_host_memory
+from .hooks import Hooks
 from .init_from import init_state_from
-from .launch import Launch, carry_records, check_launch, holds_checkpoints
-from .logging import check_tensorboard, check_wandb
-from .plans import plan_step
-from .preflight import Plan, check_fits, is_out_of_memory, out_of_memory_message
-from .profiling import StepProfiler
+from .plans import TrainPlan
 from .progress import plot_losses
 from .signals import TrainingInterrupted, stop_on_signals
-from .step import (
-    abstract_state,
-    from_items,
-    init_state,
-    make_optimizer,
-    to_items,
-)
+from .step import from_items, init_state, to_items
 from .step_loop import StepLoop
-from .tasks import TaskEvals
 
 
 @dataclasses.dataclass
@@ -89,70 +74,29 @@ class RunResult:
     val_unit: str = "nats/byte"
 
 
-def train(
-    cfg: Config,
-    run_dir: str | Path,
-    *,
-    resume: bool = False,
-    stream: TextIO | None = None,
-    write_sample: bool = True,
-    profile: tuple[int, int] | None = None,
+def run_training(
+    run: Run, plan: TrainPlan, hooks: Hooks, *, stream: TextIO | None = None
 ) -> RunResult:
-    """Train ``cfg`` in ``run_dir`` (created; or continued from its last checkpoint with ``resume``).
-
-    Every check that can fail on the config, data, mesh or wandb runs before ``run_dir`` is created.
-    A ``train.warmup_steps`` that does not fit in ``train.steps`` is cut to 10% of the run, with a
-    one-line note on ``stream``; ``config.toml`` records the value used.
-
-    Args:
-        cfg: the config (a ``Config`` is checked when it is built).
-        run_dir: the run folder.
-        resume: continue from the newest readable checkpoint in ``run_dir/checkpoints``.
-        stream: where the progress bar and messages go (default ``sys.stderr``).
-        write_sample: generate ``sample.txt`` at the end.
-        profile: ``(start, stop)``: record a JAX profiler trace of steps ``start`` .. ``stop - 1``
-            (0-based) into ``run_dir/profile`` (``gpt train --profile START:STOP``).
+    """Train ``run`` as ``plan`` says, with ``hooks`` (created; or continued from its newest
+    checkpoint when ``run.resume``). A plan that does not fit is refused before anything is
+    written (``OutOfMemoryError``, with settings that fit).
 
     Raises:
-        ConfigError, DataError: bad config, data, mesh or a missing wandb (the CLI exits with status 2).
-        UsageError: ``run_dir`` already holds checkpoints and ``resume`` is false, or ``profile``
-            is not a range of the run's steps.
+        UsageError: the run folder holds checkpoints made since it was resolved.
         TrainingDivergedError: the loss became NaN/inf; the last good checkpoint is kept.
         TrainingInterrupted: SIGTERM/SIGINT; a checkpoint of the last finished step was saved first.
-
-    Example:
-        >>> import dataclasses, io, tempfile
-        >>> from gpt_models import PRESETS, train
-        >>> tiny = PRESETS["tiny"]
-        >>> cfg = dataclasses.replace(
-        ...     tiny,
-        ...     model=dataclasses.replace(tiny.model, seq_len=32, d_model=32, n_layers=1, n_heads=2),
-        ...     train=dataclasses.replace(tiny.train, steps=2, batch_size=8, warmup_steps=1,
-        ...                               eval_batches=1),
-        ...     sample=dataclasses.replace(tiny.sample, max_new_tokens=4),
-        ... )
-        >>> result = train(cfg, tempfile.mkdtemp() + "/run", stream=io.StringIO())
-        >>> result.step, sorted(p.name for p in result.run_dir.iterdir())
-        (2, ['checkpoints', 'config.toml', 'loss.png', 'metrics', 'metrics.csv', 'sample.txt'])
+        DiskFullError, OutOfMemoryError: the disk filled up, or a step ran out of memory.
     """
     stream = stream or sys.stderr
-    run = Path(run_dir)
-    # First: a folder we may not write into is refused before minutes of compiling.
-    launch = check_launch(cfg, run, resume=resume, profile=profile)
-    cfg, mesh, tokenizer, dataset, optimizer, abstract, chat = _prepare(cfg, run, resume, stream)
-    # Before anything is written: a step that cannot fit stops here, in seconds, with settings
-    # that do (derived from the compiled step); the compiled step is the one the loop runs.
-    plan = plan_step(cfg, optimizer, mesh, abstract, stream=stream)
-    check_fits(plan)
-    created = is_primary() and not run.exists()
+    check_fits(plan.preflight)
+    created = is_primary() and not run.folder.exists()
     try:
-        return _train_in(cfg, run, resume, stream, write_sample, mesh, dataset, optimizer,
-                         abstract, plan, profile, launch, chat)  # fmt: skip
+        return _train_in(run, plan, hooks, stream)
     except (UsageError, ConfigError) as err:
         # A launch refused before its first step leaves no folder it made (an init source whose
         # weights turn out unreadable); an out-of-memory keeps its error log.
-        if created and not isinstance(err, OutOfMemoryError) and not _trained(run):
-            shutil.rmtree(run, ignore_errors=True)
+        if created and not isinstance(err, OutOfMemoryError) and not _trained(run.folder):
+            shutil.rmtree(run.folder, ignore_errors=True)
         raise
 
 
@@ -160,90 +104,32 @@ def _trained(run: Path) -> bool:
     return (run / "config.toml").exists() or bool(committed_steps(run / "checkpoints"))
 
 
-def _train_in(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: bool, mesh: Mesh,
-              dataset: Dataset, optimizer: Any, abstract: Any, plan: Plan,
-              profile: tuple[int, int] | None, launch: Launch,
-              chat: ChatFormat | None) -> RunResult:  # fmt: skip
+def _train_in(run: Run, plan: TrainPlan, hooks: Hooks, stream: TextIO) -> RunResult:
+    folder = run.folder
     if is_primary():
-        run.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
     # Held until training ends, and taken before looking for checkpoints, so that of two launches
     # into one run folder only one gets past this line (process 0 writes the folder for all).
-    with run_lock(run, stream=stream) if is_primary() else contextlib.nullcontext():
-        ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints)
+    with run_lock(folder, stream=stream) if is_primary() else contextlib.nullcontext():
+        ckpt = Checkpointer(folder / "checkpoints", keep=run.config.train.keep_checkpoints)
         at: dict[str, Any] = {}  # the loop's step and clean-up log lines, for the run's error log
         try:
-            return _run_steps(
-                cfg, run, resume, stream, write_sample, mesh, dataset, optimizer, abstract, ckpt,
-                plan.compiled, profile, at, launch, chat,
-            )  # fmt: skip
+            return _run_steps(run, plan, hooks, ckpt, at, stream)
         except BaseException as err:
-            typed = _typed_error(err, plan, run) if isinstance(err, Exception) else None
+            typed = (
+                _typed_error(err, plan.preflight, folder) if isinstance(err, Exception) else None
+            )
             if typed is not None:
                 typed.__cause__ = err
             refused = isinstance(err, (UsageError, ConfigError)) and at.get("step") is None
             if is_primary() and not (refused and not isinstance(err, OutOfMemoryError)):
                 # A refused launch (e.g. into a run that holds checkpoints) leaves the run as it was.
-                _log_failure(run, at.get("step"), typed or err, at.get("clean-up", []))
+                _log_failure(folder, at.get("step"), typed or err, at.get("clean-up", []))
             if typed is None:
                 raise
             raise typed from err
         finally:
             ckpt.close()
-
-
-def plan_training(
-    cfg: Config, run_dir: str | Path | None = None, *, resume: bool = False,
-    stream: TextIO | None = None, profile: tuple[int, int] | None = None,
-) -> Plan:  # fmt: skip
-    """What ``train(cfg, run_dir)`` would run, without running or writing anything.
-
-    Makes the checks ``train`` makes of ``run_dir`` (when given) and of ``profile``, resolves the
-    config as ``train`` does (fitted warmup, the tokenizer's vocabulary), compiles the train step
-    ahead of time and measures its memory against the devices. ``gpt train --dry-run`` prints
-    ``plan.describe()``.
-
-    Returns:
-        The plan: ``plan.fits``, ``plan.memory`` (bytes per device), ``plan.budget``, sizes.
-
-    Example:
-        >>> import io
-        >>> from gpt_models import PRESETS, plan_training
-        >>> plan = plan_training(PRESETS["tiny"], stream=io.StringIO())
-        >>> plan.fits, plan.params > 0, plan.memory.temporaries > 0
-        (True, True, True)
-    """
-    stream = stream or sys.stderr
-    run = Path(run_dir) if run_dir is not None else Path("dry-run")
-    if run_dir is not None:  # the checks `train` makes of its folder, with nothing written
-        check_launch(cfg, run, resume=resume, profile=profile)
-    cfg, mesh, _, _, optimizer, abstract, _ = _prepare(cfg, run, resume, stream)
-    return plan_step(cfg, optimizer, mesh, abstract, stream=stream)
-
-
-def _prepare(cfg: Config, run: Path, resume: bool, stream: TextIO) -> tuple[Any, ...]:
-    """Every check on the config, data, mesh and wandb, before anything is written."""
-    said = stream if is_primary() else io.StringIO()
-    cfg, tokenizer = resolve_config(cfg, run, resume=resume, stream=said)
-    check_wandb(cfg)
-    check_tensorboard(cfg)
-    check_attention(cfg.model)
-    mesh = make_mesh(cfg.mesh)
-    _check_batch_fits(cfg, mesh)
-    dataset = load_dataset(
-        cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size, tokenizer=tokenizer
-    )
-    for note in dataset.notes:  # examples too long for a row, left out (never cut)
-        print(note, file=said)
-    if cfg.data.kind == "store" and cfg.data.val_fraction != DataConfig().val_fraction:
-        print(
-            f"note: data.val_fraction = {cfg.data.val_fraction} does not apply to a token store: "
-            f"{cfg.data.path} keeps the split gpt prepare made (its --val-fraction).",
-            file=said,
-        )
-    TaskEvals(cfg, tokenizer)  # a bad eval.tasks file fails here, not at the first eval
-    optimizer = make_optimizer(cfg.train)
-    chat = training_chat_format(cfg, run, said)
-    return cfg, mesh, tokenizer, dataset, optimizer, _abstract(cfg, optimizer, mesh), chat
 
 
 def _typed_error(err: Exception, plan: Plan, run: Path) -> Exception | None:
@@ -268,37 +154,23 @@ def _log_failure(run: Path, step: int | None, err: BaseException, lines: list[st
     log_failure(run, step, err, chain=chain, lines=lines if chain else [])
 
 
-def _check_batch_fits(cfg: Config, mesh: Mesh) -> None:
-    shards = mesh.shape["data"] * mesh.shape["fsdp"]
-    micro = cfg.train.batch_size // cfg.train.grad_accum
-    if micro % shards or micro % jax.process_count():
-        raise ConfigError(
-            f"The micro-batch (train.batch_size / train.grad_accum = {micro}) must split evenly over "
-            f"the {shards} batch shards (mesh.data * mesh.fsdp) and {jax.process_count()} processes. "
-            f"Use a batch size that is a multiple of {math.lcm(shards, jax.process_count()) * cfg.train.grad_accum}."
-        )
-    if cfg.train.batch_size % jax.process_count():
-        raise ConfigError(
-            f"train.batch_size must be a multiple of the process count {jax.process_count()}."
-        )
+def _log_failure(run: Path, step: int | None, err: BaseException, lines: list[str]) -> None:
+    # A diverged, interrupted or refused run says everything in its message; a crash (or a full
+    # disk, an out-of-memory) keeps its traceback chain in the log for whoever debugs it, with
+    # what orbax logged while stopping.
+    told = (UsageError, TrainingDivergedError, TrainingInterrupted, KeyboardInterrupt)
+    chain = not isinstance(err, told) or isinstance(err, OutOfMemoryError)
+    log_failure(run, step, err, chain=chain, lines=lines if chain else [])
 
 
-def _abstract(cfg: Config, optimizer: Any, mesh: Mesh) -> Any:
-    try:
-        return abstract_state(cfg, optimizer, mesh)
-    except ps.ShardingError as err:  # e.g. heads not divisible by mesh.tensor
-        raise ConfigError(
-            f"Impossible mesh for this model: {err}\nChoose mesh sizes that divide the sharded "
-            "dimensions (heads and kv_heads and mlp and vocab by mesh.tensor; d_model by mesh.fsdp)."
-        ) from err
-
-
-def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abstract: Any, ckpt: Checkpointer,
-                     stream: TextIO) -> tuple[Any, int]:  # fmt: skip
-    if not resume:
-        if ckpt.steps():  # made since check_launch looked: another launch ran in between
-            raise holds_checkpoints(ckpt.directory.parent, ckpt.steps())
-        if cfg.init.source:
+def _restore_or_init(
+    run: Run, plan: TrainPlan, ckpt: Checkpointer, stream: TextIO
+) -> tuple[Any, int]:
+    cfg = run.config
+    if not run.resume:
+        if ckpt.steps():  # made since the run was resolved: another launch ran in between
+            raise holds_checkpoints(run.folder, ckpt.steps())
+        if run.init is not None:
             t = cfg.train
             print(
                 f"Starting from the weights of {cfg.init.source} (step 0). Schedule: lr {t.lr:g} "
@@ -306,9 +178,9 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abst
                 f"{t.steps} (train.lr, train.warmup_steps, train.min_lr_ratio).",
                 file=stream,
             )
-            return init_state_from(cfg, optimizer, mesh), 0
-        return init_state(cfg, optimizer, mesh), 0
-    items, meta, step = ckpt.restore(to_items(abstract))
+            return init_state_from(cfg, run.init, plan.optimizer, plan.mesh), 0
+        return init_state(cfg, plan.optimizer, plan.mesh), 0
+    items, meta, step = ckpt.restore(to_items(plan.abstract))
     if step > cfg.train.steps:  # before config.toml is rewritten with the smaller count
         run = ckpt.directory.parent
         raise UsageError(
@@ -330,24 +202,23 @@ def _restore_or_init(cfg: Config, resume: bool, optimizer: Any, mesh: Mesh, abst
     return state, step
 
 
-def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sample: bool, mesh: Mesh,
-           dataset: Dataset, optimizer: Any, abstract: Any, ckpt: Checkpointer,
-           step_fn: Any, profile: tuple[int, int] | None, at: dict[str, Any],
-           launch: Launch, chat: ChatFormat | None) -> RunResult:  # fmt: skip
-    state, start = _restore_or_init(cfg, resume, optimizer, mesh, abstract, ckpt, stream)
+def _run_steps(
+    run: Run, plan: TrainPlan, hooks: Hooks, ckpt: Checkpointer, at: dict[str, Any], stream: TextIO
+) -> RunResult:
+    cfg, folder = run.config, run.folder
+    state, start = _restore_or_init(run, plan, ckpt, stream)
     if is_primary():  # before the metrics logger opens them
-        carry_records(run, dataclasses.replace(launch, start=start), stream)
-    loop = StepLoop(cfg, run, mesh, dataset, abstract, ckpt, start, stream, step_fn)
+        carry_records(folder, dataclasses.replace(run.launch, start=start), stream)
+    loop = StepLoop(run, plan, hooks, ckpt, start, stream)
     loop.at = at
     # Only now that the launch is accepted (checkpoints restored, metrics opened): a refused or
     # failed launch leaves the run's config.toml as it was.
     if is_primary():
-        save_tokenizer(dataset.tokenizer, run)
-        keep_chat_format(chat, run)
-    write_text(run / "config.toml", dumps(cfg))
-    loop.profiler = StepProfiler(profile if is_primary() else None, run / "profile", loop.stream)
+        save_tokenizer(run.tokenizer, folder)
+        keep_chat_format(run.chat, folder)
+    write_text(folder / "config.toml", dumps(cfg))
     loop.announce(state)
-    if start == 0 and cfg.init.source:
+    if start == 0 and run.init is not None:
         loop.baseline(state)
     # One handler from the first step to the sample: a signal after the last step (while the
     # final checkpoint, loss.png or the sample are written) skips what is left and says so,
@@ -365,25 +236,32 @@ def _run_steps(cfg: Config, run: Path, resume: bool, stream: TextIO, write_sampl
                 raise
             loop.close()
         loop.orbax.replay()
-        val = loop.val if math.isfinite(loop.val) else loop.evaluate(state.params)
+        if not math.isfinite(loop.val) and loop.hooks.evaluate is not None:
+            loop.evaluate(state.params)
         tps, mfu = loop.progress.rates(cfg.train.steps)
-        skipped: list[str] = []
-        if loop.logger and "signum" not in stop:
-            metrics = lox.load(run / "metrics" / "run_0")
-            plot_losses(metrics, run / "loss.png", dataset.bytes_per_token)
-        elif loop.logger:
-            skipped.append("loss.png")
-        sample = ""
-        if write_sample and "signum" not in stop:
-            sample = end_of_run_sample(state.params, cfg, dataset.tokenizer, chat, stream)
-            write_text(run / "sample.txt", sample)
-        elif write_sample:
-            skipped.append("sample.txt")
-        if "signum" in stop:
-            raise TrainingInterrupted(stop["signum"], cfg.train.steps, tuple(skipped))
+        sample = _finish(run, loop, state, stop)
     return RunResult(
-        run, cfg.train.steps, loop.loss, val, tps, mfu, sample, start, loop.evaluate.unit
+        folder, cfg.train.steps, loop.loss, loop.val, tps, mfu, sample, start, loop.unit
     )
+
+
+def _finish(run: Run, loop: StepLoop, state: Any, stop: dict[str, int]) -> str:
+    """The loss plot and the sample of a finished run (its text); after a signal, neither, and
+    ``TrainingInterrupted`` naming what was not written."""
+    metrics, skipped = run.folder / "metrics" / "run_0", []
+    if loop.logger and metrics.is_dir() and "signum" not in stop:
+        plot_losses(lox.load(metrics), run.folder / "loss.png", run.data.bytes_per_token)
+    elif loop.logger:
+        skipped.append("loss.png")
+    sample = ""
+    if loop.hooks.sample is not None and "signum" not in stop:
+        sample = loop.hooks.sample(state.params)
+        write_text(run.folder / "sample.txt", sample)
+    elif loop.hooks.sample is not None:
+        skipped.append("sample.txt")
+    if "signum" in stop:
+        raise TrainingInterrupted(stop["signum"], run.config.train.steps, tuple(skipped))
+    return sample
 
 
 def _close_after(loop: StepLoop, err: BaseException) -> None:

@@ -7,23 +7,28 @@ micro-batch scan too) and ``lox.spool`` turns those sites into a second output o
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh
 
 import lox
-from core_primitives import compat, keypath_to_path, pytree_dataclass
+from core_primitives import keypath_to_path, pytree_dataclass
 
 from .._config.schema import Config, TrainConfig
-from .._distributed.mesh import MICRO_BATCH_AXES, RULES, activation_constraint, batch_sharding
+from .._distributed.mesh import (
+    MICRO_BATCH_AXES,
+    RULES,
+    activation_constraint,
+    batch_sharding,
+    compiler_options,
+    replicated,
+)
 from .._model.gpt import abstract_params, drops, init_params
-from .._model.lora import is_adapter, model_of
-from .._model.loss import is_packed, loss_fn, loss_weights, packed_sums, token_losses
+from .._model.lora import is_adapter
+from .._model.loss import is_packed, loss_weights, packed_sums, token_losses
 from .muon import make_muon
 
 
@@ -134,10 +139,6 @@ def make_optimizer(t: TrainConfig) -> optax.GradientTransformation:
 # Shardings of the state
 
 
-def _replicated(mesh: Mesh) -> NamedSharding:
-    return NamedSharding(mesh, P())
-
-
 def _match_param_shardings(tree: Any, params: Any, param_shardings: Any, mesh: Mesh) -> Any:
     """Shardings for an optimizer state: a leaf whose path ends with a parameter's path (Adam's
     ``mu``/``nu`` mirror the params) and has its shape gets that parameter's sharding; scalars and
@@ -154,7 +155,7 @@ def _match_param_shardings(tree: Any, params: Any, param_shardings: Any, mesh: M
             hit = by_path.get(path[n:])
             if hit is not None and tuple(hit[0]) == tuple(leaf.shape):
                 return hit[1]
-        return _replicated(mesh)
+        return replicated(mesh)
 
     return jax.tree_util.tree_map_with_path(pick, tree)
 
@@ -176,7 +177,7 @@ def abstract_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: M
     param_shardings = jax.tree.map(lambda a: a.sharding, params)
     opt_sh = _match_param_shardings(opt, params, param_shardings, mesh)
     opt = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), opt, opt_sh)
-    rep = _replicated(mesh)
+    rep = replicated(mesh)
     return TrainState(
         params=params,
         opt_state=opt,
@@ -228,7 +229,7 @@ def init_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh)
     params = init_params(cfg, key, mesh, RULES)
     shardings = state_shardings(abstract_state(cfg, optimizer, mesh))
     opt_state = init_opt_state(optimizer, params, shardings)
-    rep = _replicated(mesh)
+    rep = replicated(mesh)
     step = jax.device_put(jnp.zeros((), jnp.int32), rep)
     rng = jax.device_put(jax.random.key_data(jax.random.fold_in(key, 1)), rep)
     return TrainState(params=params, opt_state=opt_state, step=step, rng=rng)
@@ -306,7 +307,7 @@ def train_step(
     """
     rows_too = bool(cfg.data.sources)  # a mixture's per-source losses need each row's loss
     packed = is_packed(batch)
-    options = {"config": model_of(cfg), "constrain": constrain, "rows": rows_too}
+    options = {"config": cfg.model, "constrain": constrain, "rows": rows_too}
     if packed:  # the global batch's weight: known before any forward pass (it is data)
         flat = jax.tree.map(lambda a: a.reshape(-1, a.shape[-1]), batch)
         options["total"] = jnp.maximum(jnp.sum(loss_weights(flat)[0]), 1.0)
@@ -353,22 +354,6 @@ def train_step(
     return TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng)
 
 
-# XLA:CPU only: XNNPACK graph fusion, greedy, runs the matmuls and their neighbouring elementwise ops
-# through XNNPACK; measured +25% tokens/s on the tiny shape (median of interleaved rounds, see
-# benchmarks/gpt/PROFILE.md). A user's XLA_FLAGS naming the option wins.
-_CPU_XNN_OPTION = "xla_cpu_experimental_xnn_graph_fusion_mode"
-
-
-def _compiler_options(mesh: Mesh) -> dict[str, Any] | None:
-    if any(d.platform != "cpu" for d in mesh.devices.flat):
-        return None
-    if _CPU_XNN_OPTION in os.environ.get("XLA_FLAGS", ""):
-        return None
-    if not compat.xla_cpu_xnn_fusion_supported():  # jaxlib < 0.10 fails at run time
-        return None
-    return {_CPU_XNN_OPTION: "XNN_GRAPH_FUSION_MODE_GREEDY"}
-
-
 def compile_train_step(
     cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh, abstract: TrainState
 ) -> Any:
@@ -396,45 +381,7 @@ def compile_train_step(
     return jax.jit(
         lox.spool(fn),
         in_shardings=(shardings, batch_sharding(mesh, MICRO_BATCH_AXES)),
-        out_shardings=(shardings, _replicated(mesh)),
+        out_shardings=(shardings, replicated(mesh)),
         donate_argnums=0,
-        compiler_options=_compiler_options(mesh),
-    )
-
-
-def compile_eval_step(cfg: Config, mesh: Mesh, params: Any) -> Any:
-    """``eval(params, batch) -> mean loss`` over one ``(batch, seq_len + 1)`` batch, jitted.
-
-    ``params`` is the abstract (or concrete) params; their shardings are the step's input shardings.
-    A packed batch (a dict of ``tokens``, ``mask``, ``segments``) gives the sums its losses are
-    made of instead (``packed_sums``), so that losses over several batches are ratios of totals.
-
-    Example:
-        >>> import dataclasses, jax, jax.numpy as jnp
-        >>> from gpt_models import PRESETS, MeshConfig, make_mesh
-        >>> tiny = PRESETS["tiny"]
-        >>> cfg = dataclasses.replace(
-        ...     tiny, model=dataclasses.replace(tiny.model, seq_len=16, d_model=32, n_layers=1)
-        ... )
-        >>> mesh = make_mesh(MeshConfig(data=-1), jax.devices()[:1])
-        >>> params = init_state(cfg, make_optimizer(cfg.train), mesh).params
-        >>> evaluate = compile_eval_step(cfg, mesh, params)
-        >>> batch = jax.random.randint(jax.random.key(0), (8, 17), 0, 256)
-        >>> loss = evaluate(params, batch)  # about uniform at init: log(256) = 5.55
-        >>> 5.0 < float(loss) < 6.0
-        True
-    """
-    options = {"config": model_of(cfg), "constrain": activation_constraint(mesh)}
-
-    def evaluate(params: Any, batch: Any) -> Any:
-        if is_packed(batch):
-            return packed_sums(params, batch, **options)[0]
-        return loss_fn(params, batch, **options)
-
-    data = batch_sharding(mesh)
-    return jax.jit(
-        evaluate,
-        in_shardings=(jax.tree.map(lambda a: a.sharding, params), data),
-        out_shardings=_replicated(mesh),
-        compiler_options=_compiler_options(mesh),
+        compiler_options=compiler_options(mesh),
     )

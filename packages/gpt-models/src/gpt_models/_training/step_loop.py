@@ -1,8 +1,8 @@
-"""The step loop of a run: batches, the jitted step, evaluations, metrics, progress, checkpoints.
+"""The step loop of a run: batches, the jitted step, the hooks when due, progress, checkpoints.
 
-``loop.py`` sets a launch up (checks, restore, the run folder) and hands the steps to
-:class:`StepLoop`; what happens at each step (fetch the next batch while the device runs, check
-the loss, evaluate when due, log, save) is here.
+``loop.py`` sets a launch up (restore, the run folder) and hands the steps to :class:`StepLoop`;
+what happens at each step (fetch the next batch while the device runs, check the loss, evaluate
+and log through the command's hooks when due, save) is here.
 """
 
 from __future__ import annotations
@@ -10,40 +10,34 @@ from __future__ import annotations
 import io
 import math
 import time
-from pathlib import Path
 from typing import Any, TextIO
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
 
 import lox
 
+from .._compute.host_memory import await_scratch, keep_host_memory
 from .._config.schema import Config
 from .._data.corpus import Dataset, train_batch
 from .._distributed.mesh import MICRO_BATCH_AXES, place_batch
 from .._distributed.processes import host_value, is_primary
-from .._errors import (
-    TrainingDivergedError,
-)
+from .._errors import TrainingDivergedError
 from .._model.flops import flops_per_token
 from .._model.gpt import compute_dtype
-from .._model.lora import lora_summary, model_of, trainable_count
+from .._model.lora import lora_summary, trainable_count
 from .._runs.checkpoint import CapturedLogs, Checkpointer
-from .evaluate import Evaluator
-from .host_memory import await_scratch, keep_host_memory
-from .logging import make_logger
+from .._runs.run import Run
+from .hooks import Hooks
 from .metrics_csv import write_metrics_csv
 from .mfu import peak_flops, unknown_peak_note
+from .plans import TrainPlan
 from .profiling import StepProfiler
 from .progress import Progress
 from .signals import TrainingInterrupted
 from .source_metrics import SourceMetrics
-from .step import (
-    to_items,
-)
-from .tasks import TaskEvals
+from .step import to_items
 
 
 def _meta(cfg: Config, step: int, dataset: Dataset) -> dict[str, Any]:
@@ -65,33 +59,59 @@ def _safe_copy(state: Any) -> Any:
 class StepLoop:
     """The step loop's moving parts: batches, metrics, progress, evaluation and checkpoints."""
 
-    def __init__(self, cfg: Config, run: Path, mesh: Mesh, dataset: Dataset, abstract: Any,
-                 ckpt: Checkpointer, start: int, stream: TextIO, step_fn: Any) -> None:  # fmt: skip
-        t = cfg.train
-        self.cfg, self.run_dir, self.mesh, self.dataset, self.ckpt, self.start = (
-            cfg, run, mesh, dataset, ckpt, start
-        )  # fmt: skip
+    def __init__(
+        self,
+        run: Run,
+        plan: TrainPlan,
+        hooks: Hooks,
+        ckpt: Checkpointer,
+        start: int,
+        stream: TextIO,
+    ) -> None:
+        cfg, t = run.config, run.config.train
+        self.cfg, self.run_dir, self.mesh, self.dataset = cfg, run.folder, plan.mesh, run.data
+        self.ckpt, self.start, self.hooks = ckpt, start, hooks
         self.stream = stream if is_primary() else io.StringIO()  # only process 0 reports
-        self.step_fn = step_fn  # compiled by the pre-flight (plans.plan_step)
-        self.evaluate = Evaluator(cfg, mesh, abstract.params, dataset)
-        self.sources = SourceMetrics(cfg, dataset, start)  # a mixture's tokens/ and loss/<source>
-        self.tasks = TaskEvals(cfg, dataset.tokenizer)
-        self.logger = make_logger(cfg, run) if is_primary() else None
+        self.step_fn = plan.step  # compiled by the pre-flight (plans.plan_step)
+        self.sources = SourceMetrics(cfg, run.data, self.start)  # a mixture's per-source metrics
+        self.logger = hooks.logger if is_primary() else None
         self.log_state = self.logger.init() if self.logger else None
-        devices = list(mesh.devices.flat)
+        devices = list(self.mesh.devices.flat)
         peak = peak_flops(devices, compute_dtype(cfg.model), cfg.log.peak_flops)
         self.peak_note = unknown_peak_note(devices, cfg.log.peak_flops)
         self.started = time.perf_counter()
         self.progress = Progress(
-            t.steps, start, t.batch_size * cfg.model.seq_len, flops_per_token(cfg), peak,
-            every=cfg.log.every, stream=self.stream, bytes_per_token=dataset.bytes_per_token,
-        )  # fmt: skip
+            t.steps,
+            self.start,
+            t.batch_size * cfg.model.seq_len,
+            flops_per_token(cfg),
+            peak,
+            every=cfg.log.every,
+            stream=self.stream,
+            bytes_per_token=run.data.bytes_per_token,
+        )
         self.loss = self.val = math.nan
         self.eval_seconds = 0.0  # of the last record(): kept out of the step-time split
         self.at: dict[str, Any] = {}  # the step running and clean-up logs (train's error log)
         self.orbax = CapturedLogs()  # held while the steps run (see _run_steps)
-        # No range here: _run_steps sets one from `train(profile=...)`.
-        self.profiler = StepProfiler(None, run / "profile", self.stream)
+        self.profiler = StepProfiler(
+            plan.profile if is_primary() else None, run.folder / "profile", self.stream
+        )
+
+    @property
+    def unit(self) -> str:
+        """The validation loss's unit (nats/byte; nats/token where the data's bytes are unknown)."""
+        return self.hooks.evaluate.unit if self.hooks.evaluate else "nats/byte"
+
+    def evaluate(self, params: Any) -> dict[str, np.ndarray]:
+        """The evaluation hooks' metrics of ``params`` (``val_loss`` and the task scores)."""
+        out: dict[str, np.ndarray] = {}
+        if self.hooks.evaluate is not None:
+            self.val = self.progress.val = self.hooks.evaluate(params)
+            out |= self.hooks.evaluate.metrics(self.val)
+        if self.hooks.tasks is not None:
+            out |= {k: np.array([v], np.float32) for k, v in self.hooks.tasks(params).items()}
+        return out
 
     def announce(self, state: Any) -> None:
         trained, n = trainable_count(state.params)
@@ -99,7 +119,7 @@ class StepLoop:
         if trained < n:  # LoRA: the adapters alone are trained
             what = (
                 f"{trained:,} of {n:,} parameters ({100 * trained / n:.2f}%: "
-                f"LoRA {lora_summary(model_of(self.cfg))}; the rest frozen)"
+                f"LoRA {lora_summary(self.cfg.model)}; the rest frozen)"
             )
         ds = self.dataset
         print(
@@ -117,11 +137,9 @@ class StepLoop:
         Logged as ``val_loss`` (and the task scores) at step -1: metrics count an update's 0-based
         index, so the evaluation before update 0 is one before it.
         """
-        self.val = self.progress.val = self.evaluate(state.params)
-        extra = self.evaluate.metrics(self.val)
-        extra |= {k: np.array([v], np.float32) for k, v in self.tasks(state.params).items()}
+        extra = self.evaluate(state.params)
         print(
-            f"Baseline before the first step: val loss {self.val:.4f} {self.evaluate.unit} on the "
+            f"Baseline before the first step: val loss {self.val:.4f} {self.unit} on the "
             f"validation split of {self.dataset.source}",
             file=self.stream,
         )
@@ -190,9 +208,7 @@ class StepLoop:
             # instead of settling in the kept heap: trimmed before it, kept again by the next step
             # (which faults its scratch in once).
             keep_host_memory(False)
-            self.val = self.progress.val = self.evaluate(state.params)
-            extra |= self.evaluate.metrics(self.val)
-            extra |= {k: np.array([v], np.float32) for k, v in self.tasks(state.params).items()}
+            extra |= self.evaluate(state.params)
             self.eval_seconds = time.perf_counter() - started
         if done % self.cfg.log.every == 0 or extra:
             tps, mfu = self.progress.rates(done)

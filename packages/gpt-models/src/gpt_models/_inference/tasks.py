@@ -24,9 +24,9 @@ import numpy as np
 from .._config.schema import Config
 from .._data.byte_tokenizer import ByteTokenizer
 from .._data.corpus import Tokenizer
+from .._distributed.mesh import on_one_device
 from .._errors import DataError, UsageError
-from .._model.lora import model_of
-from .scoring import on_one_device, score_windows
+from .scoring import score_windows
 
 FORMATS = ("mc", "hellaswag", "cloze")
 _SCHEMAS = {
@@ -246,7 +246,7 @@ class PreparedTask:
         """Score the task's windows with ``params``."""
         started = time.perf_counter() if started is None else started
         scores = score_windows(
-            on_one_device(params), model_of(self.config), self.windows, batch_size=batch_size,
+            on_one_device(params), self.config.model, self.windows, batch_size=batch_size,
             label=f"eval {self.name}", stream=stream,
         )  # fmt: skip
         it = iter(zip(scores, self.spans, strict=True))

@@ -25,17 +25,17 @@ import numpy as np
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
+from .._compute.preflight import check_fits
 from .._config.schema import Config
 from .._data.byte_tokenizer import ByteTokenizer
 from .._data.corpus import Tokenizer
 from .._data.run_tokenizer import decode_lenient, run_tokenizer
+from .._distributed.mesh import on_one_device
 from .._errors import DataError, UsageError
 from .._model.generate import generate
-from .._model.lora import model_of
 from .._runs.folders import load_run, run_config
 from .plans import plan_score
-from .preflight import check_fits
-from .scoring import on_one_device, score_windows
+from .scoring import score_windows
 from .tasks import TaskExample, _windows
 from .text_eval import text_windows
 
@@ -188,7 +188,7 @@ class RunLM(LM):  # type: ignore[misc]
         temperature, top_k, top_p = options
         try:
             out = generate(
-                self.params, np.stack(rows), model_of(self.config), max_new_tokens=n,
+                self.params, np.stack(rows), self.config.model, max_new_tokens=n,
                 temperature=temperature, top_k=top_k, top_p=top_p,
                 key=jax.random.fold_in(self.key, chunk[0]), stop_token=stop,
             )  # fmt: skip
@@ -207,7 +207,7 @@ class RunLM(LM):  # type: ignore[misc]
         return texts
 
     def _score(self, windows: list[np.ndarray], label: str) -> list[tuple[np.ndarray, np.ndarray]]:
-        return score_windows(self.params, model_of(self.config), windows, batch_size=self.batch_size,
+        return score_windows(self.params, self.config.model, windows, batch_size=self.batch_size,
                              label=f"lm-eval {label}", stream=self.progress)  # fmt: skip
 
     def _say(self, line: str, last: bool) -> None:

@@ -24,7 +24,7 @@ blocks (tcache): XLA asks for its scratch over-aligned, glibc gives back the few
 either side, and while a worker thread's cache holds them as if in use, the freed scratch cannot
 merge with the free memory around it, and the next step's aligned request no longer fits it. The
 cache can only be turned off when the process starts (``GLIBC_TUNABLES``), so ``gpt train`` on CPU
-restarts itself once, before JAX starts, with :data:`START_TUNABLES` (:func:`restart_with_start_tunables`).
+restarts itself once, before JAX starts, with :data:`START_TUNABLES` (``_cli/launcher.py``).
 With both, the default ``gpt train`` (tiny preset) peaks at 0.66 GiB of RSS in every run
 (``benchmarks/gpt/RESULTS.md``).
 """
@@ -38,7 +38,6 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
-import sys
 import time
 import weakref
 from typing import Any, ClassVar
@@ -51,7 +50,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
 _DEFAULT_MMAP_MAX, _DEFAULT_TRIM = 65536, 128 * 1024
 # The environment variables through which a user tunes glibc's malloc: any of them and we leave
 # the allocator as the user set it.
-_USER_TUNABLES = (
+USER_TUNABLES = (
     "GLIBC_TUNABLES",
     "MALLOC_ARENA_MAX",
     "MALLOC_MMAP_MAX_",
@@ -87,8 +86,8 @@ def tune_host_allocator() -> bool:
     steps are compiled. Measured on 2 cores: 1.4x tokens/s on the tiny peer shape, 1.24x on the ~10M
     one, with no page faults per step (``benchmarks/gpt/PROFILE.md``). The process keeps one scratch
     buffer in its heap between steps (wrap each step in :class:`await_scratch`); to leave the
-    allocator as glibc sets it (for ``gpt train``: set any ``MALLOC_*`` variable, e.g.
-    ``MALLOC_ARENA_MAX=8``).
+    allocator as glibc sets it, do not call it (for ``gpt train``: ``GPT_CPU_RESTART=0`` skips the
+    restart; any glibc malloc setting of yours, e.g. ``MALLOC_ARENA_MAX=8``, is left as it is).
 
     ``gpt train`` does both itself when JAX can only start its CPU backend, after restarting with
     those tunables (``gpt eval`` and ``gpt sample`` the first, without restarting).
@@ -317,35 +316,10 @@ def cpu_backend_only() -> bool:
     return not list(getattr(jax_plugins, "__path__", []))
 
 
-def restart_with_start_tunables() -> None:
-    """Restart this process from its command line with :data:`START_TUNABLES` in its environment.
-
-    For the ``gpt`` program before ``gpt train`` starts JAX: it replaces the process (same id,
-    same standard streams) and never returns, except where it does not apply, changing nothing:
-    not glibc on Linux, JAX started already or not on its CPU backend alone, the environment
-    already tuning glibc's malloc (the user's settings win; after the restart, ours), or the
-    restart itself failing.
-    """
-    if (
-        platform.system() != "Linux"
-        or platform.libc_ver()[0] != "glibc"
-        or any(name in os.environ for name in _USER_TUNABLES)
-        or compat.backends_initialized()
-        or not cpu_backend_only()
-    ):
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    env = dict(os.environ, GLIBC_TUNABLES=START_TUNABLES)
-    # argv[0] is this interpreter's own path: Python finds its environment (a venv) from it.
-    with contextlib.suppress(OSError):
-        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
-
-
 def _set_one_arena() -> bool:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
-    tunables = [name for name in _USER_TUNABLES if name in os.environ]
+    tunables = [name for name in USER_TUNABLES if name in os.environ]
     if tunables == ["GLIBC_TUNABLES"] and os.environ["GLIBC_TUNABLES"] == START_TUNABLES:
         _state["tuned"] = True  # restarted with our start-up tunables: one arena already
         return True

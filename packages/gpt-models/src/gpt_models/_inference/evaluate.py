@@ -1,30 +1,25 @@
-"""Using trained params: the validation loss on fixed windows, and text continued from a prompt."""
+"""The validation loss of trained params on fixed windows: during training and in ``gpt eval``."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
 from .._config.schema import Config
 from .._data.byte_tokenizer import ByteTokenizer
-from .._data.chat_format import ChatFormat
 from .._data.corpus import Dataset, Tokenizer, eval_batches, load_dataset
 from .._data.mixture import MixedTokens
-from .._data.run_tokenizer import decode_lenient, run_tokenizer
+from .._data.run_tokenizer import run_tokenizer
 from .._distributed.mesh import place_batch, single_device_mesh
 from .._distributed.processes import host_value
-from .._errors import DataError
-from .._model.generate import generate
-from .._model.lora import model_of
 from .._model.loss import is_packed, loss_weights
 from .._runs.folders import load_run
-from .step import compile_eval_step
+from .eval_step import compile_eval_step
 
 
 class Evaluator:
@@ -182,88 +177,3 @@ def evaluate_run(run_dir: str | Path, config: Config | None = None, *, step: Any
     return ValLoss(
         loss, evaluator.unit, at, dataset.source, evaluator.windows, parts, evaluator.all_tokens
     )
-
-
-def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_tokens: int | None = None,
-                temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-                seed: int = 0, tokenizer: Tokenizer | None = None,
-                chat: ChatFormat | None = None) -> str:  # fmt: skip
-    """Generate text with ``tokenizer`` (default bytes); defaults come from the config's ``[sample]``.
-
-    Without ``chat``: the prompt and its continuation. With a run's ``chat`` format: the prompt is
-    one user turn, generation stops at the end of the assistant's turn, and the text is the reply.
-    """
-    return sample_reply(params, cfg, prompt=prompt, max_new_tokens=max_new_tokens,
-                        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                        tokenizer=tokenizer, chat=chat)[0]  # fmt: skip
-
-
-def end_of_run_sample(params: Any, cfg: Config, tokenizer: Tokenizer, chat: ChatFormat | None,
-                      stream: TextIO) -> str:  # fmt: skip
-    """The text of a finished run's ``sample.txt``: ``sample.prompt`` answered as a user turn on
-    chat data, else continued. A template that cannot write that turn does not fail the finished
-    run: the prompt is continued as plain text, with a note on ``stream``."""
-    try:
-        return sample_text(params, cfg, tokenizer=tokenizer, chat=chat)
-    except DataError as err:
-        print(f"note: sample.txt continues sample.prompt as plain text: {err}", file=stream)
-        return sample_text(params, cfg, tokenizer=tokenizer)
-
-
-def sample_reply(params: Any, cfg: Config, *, prompt: str | None = None, max_new_tokens: int | None = None,
-                 temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-                 seed: int = 0, tokenizer: Tokenizer | None = None,
-                 chat: ChatFormat | None = None) -> tuple[str, bool]:  # fmt: skip
-    """:func:`sample_text`'s text, and whether a chat reply ended (True without ``chat``)."""
-    s = cfg.sample
-    tok = tokenizer or ByteTokenizer()
-    ids, n = sample_lengths(cfg, tok, prompt, max_new_tokens, chat)
-    ends = chat.end_of_turn_ids if chat is not None else ()
-    out = generate(
-        jax.tree.map(_on_one_device, params), ids, model_of(cfg), max_new_tokens=n,
-        temperature=s.temperature if temperature is None else temperature,
-        top_k=(s.top_k or None) if top_k is None else top_k,
-        top_p=(s.top_p if s.top_p < 1 else None) if top_p is None else top_p,
-        key=jax.random.key(seed), stop_token=ends[0] if ends else None,
-    )  # fmt: skip
-    if chat is None:
-        return decode_lenient(tok, np.asarray(out)), True
-    new = np.asarray(out)[len(ids) :]
-    hit = np.flatnonzero(np.isin(new, ends))
-    ended = bool(len(hit))
-    return chat.reply(decode_lenient(tok, new[: hit[0]] if ended else new), ended)
-
-
-def sample_lengths(cfg: Config, tok: Tokenizer, prompt: str | None, max_new_tokens: int | None,
-                   chat: ChatFormat | None = None) -> tuple[Any, int]:  # fmt: skip
-    """The prompt's token ids and the number of tokens to add, as ``sample_text`` takes them:
-    ``max_new_tokens`` (default ``sample.max_new_tokens``) capped so that the prompt and the new
-    tokens fit in ``model.seq_len``. With ``chat`` the prompt is written as one user turn."""
-    text = cfg.sample.prompt if prompt is None else prompt
-    ids = tok.encode(text if chat is None else chat.prompt(text))
-    if len(ids) == 0:
-        what = f"--prompt {prompt!r}" if prompt is not None else "sample.prompt"
-        raise ValueError(
-            f"{what} is empty, but sampling continues a text: it needs at least one token. "
-            "Give a prompt of at least one character, e.g. --prompt ' ' or --prompt 'The'."
-        )
-    room = cfg.model.seq_len - len(ids)
-    if room < 1:
-        what = "The prompt" if prompt is not None else "sample.prompt"
-        turn = "" if chat is None else ", written as a user turn of the run's chat template,"
-        raise ValueError(
-            f"{what}{turn} is {len(ids)} tokens long, but the model's context (model.seq_len) is "
-            f"{cfg.model.seq_len} tokens, and it needs room for at least one new token. Use a "
-            f"prompt of at most {cfg.model.seq_len - 1} tokens (for bytes, characters)."
-        )
-    # Capped (not refused): the prompt and the new tokens together fill at most the context.
-    return ids, min(cfg.sample.max_new_tokens if max_new_tokens is None else max_new_tokens, room)
-
-
-def _on_one_device(x: jax.Array) -> jax.Array:
-    # Generation runs on one device: gather sharded params (they may span several processes).
-    if x.is_fully_addressable:
-        return jax.device_put(x, jax.devices()[0])
-    from jax.experimental import multihost_utils
-
-    return jnp.asarray(multihost_utils.process_allgather(x, tiled=True))

@@ -22,9 +22,9 @@ from .._config.schema import Config
 from .._data.byte_tokenizer import ByteTokenizer
 from .._data.corpus import Tokenizer
 from .._data.store import is_store
+from .._distributed.mesh import on_one_device
 from .._errors import DataError, UsageError
-from .._model.lora import model_of
-from .scoring import on_one_device, score_windows
+from .scoring import score_windows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +145,7 @@ def score_documents(params: Any, config: Config, docs: Sequence[np.ndarray], *, 
             "least two tokens (the first one has no context)."
         )
     scores = score_windows(
-        on_one_device(params), model_of(config), windows, batch_size=batch_size, label="eval text",
+        on_one_device(params), config.model, windows, batch_size=batch_size, label="eval text",
         stream=stream,
     )  # fmt: skip
     nats = float(sum(logp[k:].sum() for (logp, _), k in zip(scores, spans, strict=True)))

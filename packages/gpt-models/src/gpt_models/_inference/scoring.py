@@ -18,7 +18,6 @@ import numpy as np
 from .._config.schema import ModelConfig
 from .._console import StatusLine
 from .._model.gpt import forward
-from .evaluate import _on_one_device
 
 
 @functools.lru_cache(maxsize=8)
@@ -33,11 +32,6 @@ def compiled_scorer(model: ModelConfig) -> Any:
         return picked, jnp.argmax(logits, axis=-1) == targets
 
     return jax.jit(score)
-
-
-def on_one_device(params: Any) -> Any:
-    """``params`` gathered onto the first device (the scorer runs there, like sampling)."""
-    return jax.tree.map(_on_one_device, params)
 
 
 def score_windows(params: Any, model: ModelConfig, windows: list[np.ndarray], *, batch_size: int,

@@ -1,10 +1,11 @@
-"""Whether a launch can start, decided before anything is written, the same for ``train`` and
-``gpt train --dry-run``; and the run's records (its metrics) carried over into a resumed run.
+"""Whether a launch can start in its run folder, decided before anything is written, the same for
+``train`` and ``gpt train --dry-run`` (both resolve the run, which calls :func:`check_launch`); and
+the run's records (its metrics) carried over into a resumed run.
 
 A dry run that says "it fits" must be a promise that the same command starts: so the checks of
-the run folder (a new name that already holds checkpoints, links, permissions), the ``--profile``
-range against the steps the launch will actually train, and the run's records live here, and both
-paths call :func:`check_launch`.
+the run folder (a new name that already holds checkpoints, links, permissions) and of the run's
+records live here; the ``--profile`` range is checked against ``Launch.start`` by the training's
+plan.
 
 The metrics are a record of a run, not its state: a resumed run continues bit for bit from its
 checkpoint whatever became of ``metrics/``. A record that cannot be continued (deleted, its index
@@ -24,10 +25,9 @@ import lox
 from .._config.schema import Config
 from .._distributed.processes import is_primary
 from .._errors import UsageError
-from .._runs.folders import check_run_target
-from .._runs.lock import check_not_in_use
-from .._runs.snapshot import committed_steps
-from .profiling import check_profile_range
+from .folders import check_run_target
+from .lock import check_not_in_use
+from .snapshot import committed_steps
 
 # The run's subfolders a launch writes into; a resumed launch needs each to be writable.
 _WRITTEN = ("checkpoints", "metrics", "tensorboard", "profile")
@@ -45,15 +45,12 @@ class Launch:
     records: dict[str, str]
 
 
-def check_launch(
-    cfg: Config, run: Path, *, resume: bool, profile: tuple[int, int] | None
-) -> Launch:
+def check_launch(cfg: Config, run: Path, *, resume: bool) -> Launch:
     """Every check of the run folder a launch makes before it writes anything.
 
     Raises:
         UsageError: the folder cannot be trained into (see ``check_run_target``), a new run's
-            folder already holds checkpoints, a subfolder to write is not writable, or the
-            ``--profile`` range is not among the steps this launch trains.
+            folder already holds checkpoints, or a subfolder to write is not writable.
     """
     if is_primary():
         check_run_target(run, resume=resume)
@@ -62,7 +59,6 @@ def check_launch(
     if steps and not resume:
         raise holds_checkpoints(run, steps)
     start = steps[-1] if resume and steps else 0
-    check_profile_range(profile, cfg.train.steps, start=start)
     if resume:
         _check_writable(run)
     return Launch(start, _record_problems(cfg, run) if resume and is_primary() else {})

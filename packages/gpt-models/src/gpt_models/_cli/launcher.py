@@ -1,0 +1,143 @@
+"""What the ``gpt`` program does before its command runs: restart once on CPU for a steady peak
+memory, and stop on the first Ctrl-C.
+
+**The restart.** ``gpt train`` on JAX's CPU backend restarts itself once, before JAX starts, with
+glibc's start-up tunables (``START_TUNABLES``: one malloc arena, no per-thread cache of freed
+blocks; ``_compute/host_memory.py`` says why), so that its peak memory is the same in every run.
+Whether to restart is a pure function of the environment and the platform
+(:func:`restart_environment`). ``GPT_CPU_RESTART=0`` turns it off; a user's own glibc malloc
+settings (``GLIBC_TUNABLES``, ``MALLOC_*``) are left as they are, with no restart. The restarted
+process takes the tunables out of its environment again (:func:`settle_after_restart`): glibc read
+them at start, and the programs it starts (a data loader, lm-eval, git) get the user's environment,
+not ours. A restart that fails says so in one line and the command goes on unrestarted.
+
+**Ctrl-C.** Python turns SIGINT into ``KeyboardInterrupt`` wherever the main thread is, and when
+that is inside a garbage-collection callback (JAX registers one) or a finaliser, Python prints
+"Exception ignored" and drops it: the command went on as if no key had been pressed. The handler
+installed here (:func:`stop_on_first_interrupt`) raises it again once out of such a callback, so
+the first Ctrl-C stops every command within moments; ``console`` then exits with status 130 and
+one line. Training installs its own handler while its steps run (save, then stop).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from types import FrameType
+
+from .._errors import UsageError
+
+# The named off switch: GPT_CPU_RESTART=0 (1 or unset: restart where it helps).
+OFF_SWITCH = "GPT_CPU_RESTART"
+# Set only in the restarted process's environment, which takes it out again at once.
+_RESTARTED = "GPT_RESTARTED_WITH_TUNABLES"
+# How long after a Ctrl-C that landed in a garbage-collection callback it is raised again.
+_REDELIVER_S = 0.05
+
+
+def restart_environment(
+    environ: Mapping[str, str], *, command: str, platform_: tuple[str, str], cpu_only: bool
+) -> dict[str, str] | None:
+    """The environment ``gpt`` restarts with, or None where it does not restart.
+
+    Args:
+        environ: the process's environment.
+        command: the ``gpt`` command (only ``train`` restarts).
+        platform_: the system and its C library, e.g. ``("Linux", "glibc")``.
+        cpu_only: whether JAX can start only its CPU backend (and has not started yet).
+
+    Raises:
+        UsageError: ``GPT_CPU_RESTART`` is set to something other than ``0`` or ``1``.
+
+    Example:
+        >>> env = restart_environment({}, command="train", platform_=("Linux", "glibc"),
+        ...                           cpu_only=True)
+        >>> env["GLIBC_TUNABLES"]
+        'glibc.malloc.arena_max=1:glibc.malloc.tcache_count=0'
+        >>> restart_environment({"GPT_CPU_RESTART": "0"}, command="train",
+        ...                     platform_=("Linux", "glibc"), cpu_only=True) is None
+        True
+    """
+    from .._compute.host_memory import START_TUNABLES, USER_TUNABLES
+
+    switch = environ.get(OFF_SWITCH, "1").strip()
+    if switch not in ("0", "1"):
+        raise UsageError(
+            f"{OFF_SWITCH}={environ[OFF_SWITCH]!r}: expected 0 (gpt train does not restart "
+            "itself with glibc's start-up tunables) or 1 (it does, on CPU; the default). Set one "
+            f"of them, or unset {OFF_SWITCH}."
+        )
+    if (
+        switch == "0"
+        or command != "train"
+        or _RESTARTED in environ
+        or platform_ != ("Linux", "glibc")
+        or not cpu_only
+        or any(name in environ for name in USER_TUNABLES)  # the user's settings win
+    ):
+        return None
+    return {**environ, "GLIBC_TUNABLES": START_TUNABLES, _RESTARTED: "1"}
+
+
+def restart_if_useful(command: str) -> None:
+    """Restart ``gpt`` with :func:`restart_environment`'s environment (never returns), or return
+    where it does not apply; a restart that fails is one line on stderr."""
+    from core_primitives import compat
+
+    from .._compute.host_memory import cpu_backend_only
+
+    system = (platform.system(), platform.libc_ver()[0])
+    cpu_only = not compat.backends_initialized() and cpu_backend_only()
+    env = restart_environment(os.environ, command=command, platform_=system, cpu_only=cpu_only)
+    if env is None:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # argv[0] is this interpreter's own path: Python finds its environment (a venv) from it.
+    try:
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    except OSError as err:
+        print(
+            f"gpt: note: could not restart with glibc's start-up tunables ({err}); training "
+            f"goes on without them, and its peak memory may differ between runs. "
+            f"{OFF_SWITCH}=0 skips the restart.",
+            file=sys.stderr,
+        )
+
+
+def settle_after_restart(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """In a restarted ``gpt``: take the start-up tunables out of ``environ`` (glibc has read them),
+    so that programs it starts do not inherit them. Whether this process was restarted."""
+    if environ.pop(_RESTARTED, None) is None:
+        return False
+    environ.pop("GLIBC_TUNABLES", None)  # a restart only happens where the user set none
+    return True
+
+
+def stop_on_first_interrupt() -> None:
+    """Make the first Ctrl-C raise ``KeyboardInterrupt`` in the main thread's own code, even when
+    it arrives inside a garbage-collection callback or a finaliser (see the module docstring)."""
+    signal.signal(signal.SIGINT, _interrupt)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    if _in_swallowing_callback(frame):
+        threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signum)).start()
+        return
+    raise KeyboardInterrupt
+
+
+def _in_swallowing_callback(frame: FrameType | None) -> bool:
+    """Whether an exception raised at ``frame`` would be dropped by Python: it runs inside a
+    garbage-collection callback or a ``__del__``."""
+    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in callbacks or frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False

@@ -1,0 +1,136 @@
+"""``init.source``: the weights a new run starts from, a run folder or a Hugging Face folder, read
+once when the run is resolved and carried in its :class:`~gpt_models.Run` as an :class:`InitSource`.
+
+The source's architecture becomes the run's (the keys that only say how the same weights are
+computed, ``FREE_KEYS``, stay the run's own), its tokenizer the run's tokenizer, and on data that
+is not chat a chat model's template stays with the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import TextIO
+
+from .._config.schema import BUILTIN_TOKENIZERS, Config, ModelConfig
+from .._config.toml import load_config
+from .._data.chat_format import ChatFormat
+from .._data.corpus import Tokenizer
+from .._errors import ConfigError, DataError
+from .chat_file import kept_chat_format
+from .hf_import import folder_chat_format, read_hf_config
+
+# Model keys that may differ from the weights a run starts from or resumes: how the same weights
+# are computed (the attention kernel, compute dtype, remat, scan), stored or regularised (dropout).
+FREE_KEYS = ("dtype", "param_dtype", "remat", "scan_layers", "init_std", "dropout", "attention")
+ARCH_KEYS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name not in FREE_KEYS)
+
+
+@dataclasses.dataclass(frozen=True)
+class InitSource:
+    """The weights a run starts from (``init.source``): a run folder or a Hugging Face folder.
+
+    ``model`` is its architecture; ``tokenizer`` its ``tokenizer.json`` (None: the byte tokenizer,
+    or a Hugging Face folder without one).
+    """
+
+    path: Path
+    kind: str  # "run" or "hf"
+    model: ModelConfig
+    tokenizer: Path | None
+
+
+def read_init_source(path: str) -> InitSource:
+    """The init source at ``path`` (absolute, or against the working directory).
+
+    Raises:
+        ConfigError: ``path`` is neither a run folder nor a Hugging Face model folder.
+        CheckpointFormatError: a Hugging Face folder whose config.json cannot be used.
+    """
+    folder = Path(os.path.abspath(os.path.expanduser(path)))  # '..' folded, as data.path is
+    tokenizer = folder / "tokenizer.json"
+    tokenizer_file = tokenizer if tokenizer.is_file() else None
+    if (folder / "config.toml").is_file():
+        model = load_config(str(folder / "config.toml"), run_folder=True).model
+        return InitSource(folder, "run", model, tokenizer_file)
+    if (folder / "config.json").is_file():
+        return InitSource(folder, "hf", read_hf_config(folder)[1].model, tokenizer_file)
+    raise ConfigError(
+        f"init.source = {path!r} is neither a run folder (config.toml) nor a Hugging Face "
+        "model folder (config.json + model.safetensors). Pass one of those, e.g. --init-from "
+        "runs/<name>."
+    )
+
+
+def adopt_init_source(cfg: Config, source: InitSource) -> Config:
+    """``cfg`` with the architecture and tokenizer of its ``init.source``.
+
+    The free model keys (``FREE_KEYS``) stay ``cfg``'s; ``gpt train --init-from`` applies this
+    before its ``--set`` flags, so a ``--set data.tokenizer=...`` still wins.
+    """
+    free = {k: getattr(cfg.model, k) for k in FREE_KEYS if k != "init_std"}
+    data = cfg.data
+    if source.tokenizer is not None:
+        data = dataclasses.replace(data, tokenizer=str(source.tokenizer))
+    init = dataclasses.replace(cfg.init, source=str(source.path))
+    model = dataclasses.replace(source.model, **free)
+    return dataclasses.replace(cfg, model=model, data=data, init=init)
+
+
+def check_init_source(cfg: Config, tokenizer: Tokenizer, source: InitSource) -> None:
+    """Refuse a model section or a tokenizer that does not fit ``cfg.init.source``'s weights."""
+    for key in ARCH_KEYS:
+        if getattr(cfg.model, key) != getattr(source.model, key):
+            raise ConfigError(
+                f"model.{key} = {getattr(cfg.model, key)!r} changes the architecture of "
+                f"init.source = {str(source.path)!r}, which has model.{key} = "
+                f"{getattr(source.model, key)!r}. A run started from its weights keeps its "
+                f"architecture: drop the --set model.{key} (train/data/sample keys and "
+                f"model.{'/'.join(FREE_KEYS)} may change)."
+            )
+    if tokenizer.vocab_size > source.model.real_vocab:
+        raise ConfigError(
+            f"The tokenizer (data.tokenizer = {cfg.data.tokenizer!r}) has {tokenizer.vocab_size} "
+            f"ids but init.source = {str(source.path)!r} has a vocabulary of "
+            f"{source.model.real_vocab}: its ids would index past the model's embeddings. Use "
+            "the source's tokenizer."
+        )
+
+
+def source_chat_format(cfg: Config, source: InitSource, stream: TextIO) -> ChatFormat | None:
+    """The chat format of ``cfg.init.source`` (a run's kept one, a Hugging Face folder's
+    template), for a run that starts from it on data that is not chat, with its tokenizer: the
+    weights are still the chat model's, and its exports should still carry its template. A note
+    on ``stream`` says so, or why a damaged one is not kept."""
+    if not _same_tokenizer(cfg.data.tokenizer, source.tokenizer):
+        return None  # another tokenizer: the template's text would not be the ids it was for
+    try:
+        if source.kind == "hf":
+            tokenizer = None if source.tokenizer is None else str(source.tokenizer)
+            chat = folder_chat_format(source.path, tokenizer)[0]
+        else:
+            chat = kept_chat_format(source.path)
+    except DataError as err:
+        print(f"note: {err} This run keeps no chat template of its own.", file=stream)
+        return None
+    if chat is not None:
+        print(
+            f"note: the data is not chat, so this run keeps the chat template of init.source "
+            f"{source.path} (from {chat.template_file}): gpt sample writes a prompt as a user "
+            "turn (--raw: as plain text) and gpt export carries the template.",
+            file=stream,
+        )
+    return chat
+
+
+def _same_tokenizer(tokenizer: str, source: Path | None) -> bool:
+    """Whether ``data.tokenizer`` is the source's (None: the byte tokenizer), by content: the
+    same JSON copied elsewhere, or written with other spacing, is the same tokenizer."""
+    if source is None or tokenizer in BUILTIN_TOKENIZERS:
+        return source is None and tokenizer == "byte"
+    try:
+        return bool(json.loads(Path(tokenizer).read_bytes()) == json.loads(source.read_bytes()))
+    except (OSError, ValueError):  # the run's own tokenizer check says what is wrong with it
+        return False
