@@ -41,8 +41,8 @@ collect_ignore = (
     []
     if importlib.util.find_spec("lm_eval")
     else [
-        "packages/gpt-models/src/gpt_models/_training/lm_eval.py",
-        "packages/gpt-models/src/gpt_models/_training/lm_eval_model.py",
+        "packages/gpt-models/src/gpt_models/_inference/lm_eval.py",
+        "packages/gpt-models/src/gpt_models/_inference/lm_eval_model.py",
     ]
 )
 

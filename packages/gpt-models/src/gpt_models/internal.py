@@ -12,6 +12,9 @@ Modules, for a test that patches a name where the code looks it up:
   the loop then runs). Tests patch it to fail a step on demand.
 - ``training_loop``: where ``run_training`` finds ``run_lock`` and ``plot_losses``. Tests patch them
   to plant a file just before the lock is taken, and to send a signal right after the loss plot.
+- ``launcher``: the ``gpt`` program's start (``_cli/launcher.py``): the CPU restart's pure
+  decision and its clean-up, tested without a subprocess, and its ``os``/``platform`` lookups,
+  which a test patches to make a restart fail.
 - ``data_prepare``: where ``prepare`` finds ``_CHUNK_BYTES`` (text per chunk) and
   ``write_json_atomic`` (its resume state and manifest). Tests patch them to stop a prepare
   between a chunk's ids and that chunk's state, as a ``kill -9`` could.
@@ -20,6 +23,7 @@ Functions: ``PendingDigest``, ``read_digest`` and ``verify_digest``, a checkpoin
 digest, which a benchmark times apart from the checkpoint write.
 """
 
+from ._cli import launcher
 from ._data import prepare as data_prepare
 from ._runs.digest import PendingDigest, read_digest
 from ._runs.digest import verify as verify_digest
@@ -29,6 +33,7 @@ from ._training import plans as training_plans
 __all__ = [
     "PendingDigest",
     "data_prepare",
+    "launcher",
     "read_digest",
     "training_loop",
     "training_plans",

@@ -6,6 +6,7 @@ Each returns the exit status; user mistakes raise ``UsageError`` and ``_cli.main
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import math
 import re
@@ -20,7 +21,7 @@ from .._errors import DiskFullError, UsageError
 from .._runs.folders import check_run_folder, new_run_dir, run_config
 from .empty_values import refuse_empty
 from .run_args import EVAL_KEYS, SAMPLE_KEYS, chosen_run, read_run_config
-from .train_flags import check_train_flags, maybe_distributed, train_overrides
+from .train_flags import FLAG_EXAMPLES, check_train_flags, maybe_distributed, train_overrides
 
 if TYPE_CHECKING:
     from .._compute.preflight import Plan
@@ -35,8 +36,13 @@ EXIT_DISK_FULL = 4  # the multi-process failures exit with 3 (startup.EXIT_PEERS
 def train_command(args: argparse.Namespace) -> int:
     """``gpt train``: resolve the run once, plan it, and train it in a new (or the resumed) run
     folder with the command's hooks; or, with ``--dry-run``, print the plan."""
+    refuse_empty(
+        "gpt train",
+        [(f, getattr(args, f[2:].replace("-", "_")), e) for f, e in FLAG_EXAMPLES.items()],
+    )
     check_train_flags(args)
     maybe_distributed(args)
+    overrides = train_overrides(args)
     import jax
 
     from .._runs.run import resolve_run
@@ -53,7 +59,7 @@ def train_command(args: argparse.Namespace) -> int:
     run = resolve_run(
         folder,
         args.config,
-        overrides=train_overrides(args),
+        overrides=overrides,
         resume=bool(args.resume),
         auto_resume=args.auto_resume,
         init_from=args.init_from,
@@ -203,9 +209,9 @@ def sample_command(args: argparse.Namespace) -> int:
     """
     from .._data.run_tokenizer import run_tokenizer
     from .._inference.plans import plan_sample
-    from .._inference.sampling import sample_lengths, sample_reply
-    from .._runs.folders import load_run
+    from .._inference.sampling import Sampling, sample_lengths, sample_reply
     from .._runs.chat_file import run_chat_format
+    from .._runs.folders import load_run
     from .eval_report import run_preflight
 
     run = chosen_run(args)
@@ -213,7 +219,10 @@ def sample_command(args: argparse.Namespace) -> int:
     tok = run_tokenizer(run, cfg)
     chat = None if args.raw else run_chat_format(run, cfg)
     stop = chat.end_of_turn_ids[0] if chat is not None and chat.end_of_turn_ids else None
-    s = cfg.sample
+    asked = Sampling(
+        args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed
+    )
+    got = asked.resolved(cfg.sample)
     try:
         ids, n = sample_lengths(cfg, tok, args.prompt, args.max_new_tokens, chat)
         if args.max_new_tokens is not None and n < args.max_new_tokens:
@@ -225,19 +234,20 @@ def sample_command(args: argparse.Namespace) -> int:
             )
         # Before the checkpoint is read: a program that cannot fit is refused in seconds.
         plan = plan_sample(
-            cfg, len(ids), n, temperature=s.temperature if args.temperature is None else args.temperature,
-            top_k=(s.top_k or None) if args.top_k is None else args.top_k,
-            top_p=(s.top_p if s.top_p < 1 else None) if args.top_p is None else args.top_p,
-            stream=sys.stderr, stop_token=stop,
-        )  # fmt: skip
+            cfg,
+            len(ids),
+            n,
+            temperature=got.temperature,
+            top_k=got.top_k,
+            top_p=got.top_p,
+            stream=sys.stderr,
+            stop_token=stop,
+        )
         if run_preflight(args, plan):
             return 0
         cfg, params, _ = load_run(run, cfg)
-        text, ended = sample_reply(
-            params, cfg, prompt=args.prompt, max_new_tokens=n,
-            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-            tokenizer=tok, chat=chat,
-        )  # fmt: skip
+        asked = dataclasses.replace(asked, max_new_tokens=n)
+        text, ended = sample_reply(params, cfg, asked, tokenizer=tok, chat=chat)
     except ValueError as err:  # too long for the context, empty prompt, bad sampling options
         if isinstance(err, UsageError):
             raise

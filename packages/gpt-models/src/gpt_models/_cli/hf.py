@@ -42,9 +42,9 @@ def export_parser(p: argparse.ArgumentParser) -> None:
 def import_command(args: argparse.Namespace) -> int:
     """``gpt import``: a run folder at step 0 from a Hugging Face folder."""
     from .._data.chat_format import read_chat_format
+    from .._runs.chat_file import CHAT_FILE
     from .._runs.folders import check_run_name
     from .._runs.hf_import import import_run
-    from .._runs.chat_file import CHAT_FILE
     from .empty_values import refuse_empty
 
     refuse_empty(
@@ -70,9 +70,9 @@ def export_command(args: argparse.Namespace) -> int:
     from .._data.run_tokenizer import run_tokenizer
     from .._errors import DataError
     from .._model.lora import lora_summary
+    from .._runs.chat_file import run_chat_format
     from .._runs.folders import check_run_folder, load_run
     from .._runs.hf_export import export_hf
-    from .._runs.chat_file import run_chat_format
     from .empty_values import refuse_empty
 
     example = "gpt export runs/<name> hf/<name>"

@@ -87,13 +87,8 @@ def restart_environment(
 def restart_if_useful(command: str) -> None:
     """Restart ``gpt`` with :func:`restart_environment`'s environment (never returns), or return
     where it does not apply; a restart that fails is one line on stderr."""
-    from core_primitives import compat
-
-    from .._compute.host_memory import cpu_backend_only
-
     system = (platform.system(), platform.libc_ver()[0])
-    cpu_only = not compat.backends_initialized() and cpu_backend_only()
-    env = restart_environment(os.environ, command=command, platform_=system, cpu_only=cpu_only)
+    env = restart_environment(os.environ, command=command, platform_=system, cpu_only=_cpu_only())
     if env is None:
         return
     sys.stdout.flush()
@@ -108,6 +103,15 @@ def restart_if_useful(command: str) -> None:
             f"{OFF_SWITCH}=0 skips the restart.",
             file=sys.stderr,
         )
+
+
+def _cpu_only() -> bool:
+    """Whether JAX can start only its CPU backend, and has not started it yet."""
+    from core_primitives import compat
+
+    from .._compute.host_memory import cpu_backend_only
+
+    return not compat.backends_initialized() and cpu_backend_only()
 
 
 def settle_after_restart(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:

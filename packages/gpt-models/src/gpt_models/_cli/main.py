@@ -30,6 +30,14 @@ _SHOW = (
 )
 
 
+_RESTART = (
+    "On CPU (JAX's CPU backend only, Linux with glibc), gpt train restarts itself once before\n"
+    "JAX starts, with glibc's start-up tunables (one malloc arena, no per-thread cache), so that\n"
+    "its peak memory is the same in every run; the programs it starts do not inherit them.\n"
+    "GPT_CPU_RESTART=0 turns the restart off; your own GLIBC_TUNABLES or MALLOC_* settings are\n"
+    "left as they are, without a restart."
+)
+
 _STACK = ("core-primitives", "lox-logging", "blox-params", "paramspec-sharding", "jax", "jaxlib",
           "optax", "orbax-checkpoint")  # fmt: skip
 
@@ -65,30 +73,35 @@ def _parser() -> argparse.ArgumentParser:
         description="Train, sample from and evaluate small GPT models (byte-level by default).",
         epilog=f"Config keys: {_SHOW}",
     )
-    parser.add_argument("--version", action=_Version,
-                        help="print the versions of gpt-models, the stack under it and JAX")  # fmt: skip
+    parser.add_argument(
+        "--version",
+        action=_Version,
+        help="print the versions of gpt-models, the stack under it and JAX",
+    )
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="{train,prepare,sample,eval,config,import,export}"
     )
-    _train_parser(
-        sub.add_parser(
-            "train", help="train a model (defaults: tiny model, embedded corpus)", epilog=_SHOW
-        )
+    train = sub.add_parser(
+        "train",
+        help="train a model (defaults: tiny model, embedded corpus)",
+        epilog=f"{_RESTART}\n\n{_SHOW}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    prepare_parser(
-        sub.add_parser("prepare", help="tokenize a corpus of any size into a token store")
+    prepare = sub.add_parser("prepare", help="tokenize a corpus of any size into a token store")
+    sample = sub.add_parser("sample", help="generate text from a run's newest checkpoint")
+    evaluate = sub.add_parser(
+        "eval", help="validation loss, bits per byte of text, or task accuracy of a run"
     )
-    _sample_parser(sub.add_parser("sample", help="generate text from a run's newest checkpoint"))
-    _eval_parser(
-        sub.add_parser(
-            "eval", help="validation loss, bits per byte of text, or task accuracy of a run"
-        )
-    )
-    _config_parser(sub.add_parser("config", help="show a resolved config: gpt config show"))
-    import_parser(
-        sub.add_parser("import", help="make a run folder from a Hugging Face model folder")
-    )
-    export_parser(sub.add_parser("export", help="write a run as a Hugging Face model folder"))
+    config = sub.add_parser("config", help="show a resolved config: gpt config show")
+    imports = sub.add_parser("import", help="make a run folder from a Hugging Face model folder")
+    export = sub.add_parser("export", help="write a run as a Hugging Face model folder")
+    _train_parser(train)
+    _sample_parser(sample)
+    _eval_parser(evaluate)
+    _config_parser(config)
+    prepare_parser(prepare)
+    import_parser(imports)
+    export_parser(export)
     return parser
 
 
@@ -293,10 +306,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ...
         0
     """
-    return _run(_parser().parse_args(argv))
+    return _run(argv)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(argv: Sequence[str] | argparse.Namespace | None) -> int:
+    """The command ``argv`` asks for (parsed here, or already by ``console``), run."""
+    args = argv if isinstance(argv, argparse.Namespace) else _parser().parse_args(argv)
     quiet_stderr()  # orbax's late reports after a failed save or restore (see quiet_stderr.py)
     if args.command not in ("config", "prepare"):
         from .._compute.host_memory import tune_host_allocator_for_cli

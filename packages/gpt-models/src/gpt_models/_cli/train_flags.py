@@ -10,7 +10,6 @@ from pathlib import Path
 
 from .._config.toml import parse_set
 from .._errors import ConfigError, UsageError
-from .empty_values import refuse_empty
 
 
 def train_overrides(args: argparse.Namespace) -> dict[str, str]:
@@ -24,11 +23,8 @@ def train_overrides(args: argparse.Namespace) -> dict[str, str]:
 
 
 def check_train_flags(args: argparse.Namespace) -> None:
-    """Flags that cannot work, refused before JAX starts or anything is read or written."""
-    refuse_empty(
-        "gpt train",
-        [(f, getattr(args, f[2:].replace("-", "_")), e) for f, e in _FLAG_EXAMPLES.items()],
-    )
+    """Flags that cannot work, refused before JAX starts or anything is read or written (an
+    empty path or name among them by ``refuse_empty``, with :data:`FLAG_EXAMPLES`, first)."""
     if args.auto_resume and (args.name is None or args.resume is not None):
         raise UsageError(
             "gpt train --auto-resume needs --name NAME (and no --resume): it continues "
@@ -50,7 +46,7 @@ def check_train_flags(args: argparse.Namespace) -> None:
     _check_distributed_flags(args)
 
 
-_FLAG_EXAMPLES = {
+FLAG_EXAMPLES = {
     "--resume": "runs/<name>",
     "--config": "tiny",
     "--out": "runs",

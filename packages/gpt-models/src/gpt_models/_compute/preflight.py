@@ -27,13 +27,19 @@ import dataclasses
 import functools
 import os
 import re
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
 
 from .._config.schema import Config
+from .._data.store import is_store, read_manifest
+from .._distributed.mesh import MICRO_BATCH_AXES, batch_sharding
 from .._errors import ConfigError, OutOfMemoryError
 from .._runs.diskfull import error_chain
 
@@ -343,3 +349,50 @@ def out_of_memory_message(err: BaseException, plan: Plan) -> str:
 def is_out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` (or an error it was raised from) is XLA running out of memory."""
     return any(isinstance(e, MemoryError) or _OOM.search(str(e)) for e in error_chain(err))
+
+
+# --- the pieces a plan is made of ---------------------------------------------------------------
+
+
+def tree_bytes(tree: Any) -> int:
+    """The bytes of a tree's arrays (or shape structs)."""
+    return sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in jax.tree.leaves(tree))
+
+
+def tree_count(tree: Any) -> int:
+    """The number of values in a tree's arrays (or shape structs)."""
+    return sum(int(np.prod(a.shape)) for a in jax.tree.leaves(tree))
+
+
+def compiled_with_note(
+    stream: TextIO | None, what: str, compile: Callable[[], Any]
+) -> tuple[Any, float]:
+    """``compile()``'s result and its seconds, after a progress line on ``stream``."""
+    say(stream, f"compiling {what} ahead of time to measure its memory")
+    started = time.perf_counter()
+    compiled = compile()
+    return compiled, time.perf_counter() - started
+
+
+def packed_data(cfg: Config) -> bool:
+    """Whether the run's batches are packed examples: ``data.path`` is a store whose manifest
+    says ``"loss_mask": true`` (``gpt prepare`` of chat or prompt/completion JSONL)."""
+    path = Path(cfg.data.path) if cfg.data.path and not cfg.data.sources else None
+    return path is not None and is_store(path) and bool(read_manifest(path).get("loss_mask"))
+
+
+def abstract_batch(cfg: Config, mesh: Mesh, shape: tuple[int, ...] | None = None,
+                   axes: tuple[str | None, ...] = MICRO_BATCH_AXES) -> Any:  # fmt: skip
+    """The train step's batch ``(grad_accum, micro_batch, seq_len + 1)`` without its values.
+
+    ``shape`` and ``axes`` another batch's (the eval step's ``(rows, seq_len + 1)``). For packed
+    data (:func:`packed_data`) a dict of ``tokens``, ``mask`` and ``segments`` of that shape.
+    """
+    t = cfg.train
+    if shape is None:
+        shape = (t.grad_accum, t.batch_size // t.grad_accum, cfg.model.seq_len + 1)
+    sharding = batch_sharding(mesh, axes)
+    if not packed_data(cfg):
+        return jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharding)
+    dtypes = {"tokens": jnp.int32, "mask": jnp.uint8, "segments": jnp.int32}
+    return {k: jax.ShapeDtypeStruct(shape, d, sharding=sharding) for k, d in dtypes.items()}

@@ -1,6 +1,4 @@
-"""The pieces every command's memory pre-flight is made of: compiling a program ahead of time with a
-progress line, its sizes, the batch a step takes without its values, and the plan of a program that
-runs on one device and is sized by one knob (``gpt sample``'s ``--max-new-tokens``, ``gpt eval``'s
+"""The plan of a program that runs on one device and is sized by one knob (``gpt sample``'s ``--max-new-tokens``, ``gpt eval``'s
 ``--batch-size``), each knob value compiled and measured, a line through the two ends picking the
 one to compile. The programs themselves are the training's (``_training/plans.py``) and the
 inference's (``_inference/plans.py``).
@@ -9,74 +7,27 @@ inference's (``_inference/plans.py``).
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 from jax.sharding import Mesh
 
 from .._config.schema import Config, MeshConfig
-from .._data.store import is_store, read_manifest
-from .._distributed.mesh import MICRO_BATCH_AXES, batch_sharding, make_mesh
+from .._distributed.mesh import make_mesh
 from .._model.gpt import abstract_params
 from .preflight import (
     Knob,
     Plan,
+    compiled_with_note,
     memory_budget,
     memory_text,
     resident_bytes,
-    say,
     size,
     step_memory,
+    tree_bytes,
+    tree_count,
 )
-
-
-def tree_bytes(tree: Any) -> int:
-    """The bytes of a tree's arrays (or shape structs)."""
-    return sum(int(np.prod(a.shape)) * a.dtype.itemsize for a in jax.tree.leaves(tree))
-
-
-def tree_count(tree: Any) -> int:
-    """The number of values in a tree's arrays (or shape structs)."""
-    return sum(int(np.prod(a.shape)) for a in jax.tree.leaves(tree))
-
-
-def compiled_with_note(
-    stream: TextIO | None, what: str, compile: Callable[[], Any]
-) -> tuple[Any, float]:
-    """``compile()``'s result and its seconds, after a progress line on ``stream``."""
-    say(stream, f"compiling {what} ahead of time to measure its memory")
-    started = time.perf_counter()
-    compiled = compile()
-    return compiled, time.perf_counter() - started
-
-
-def packed_data(cfg: Config) -> bool:
-    """Whether the run's batches are packed examples: ``data.path`` is a store whose manifest
-    says ``"loss_mask": true`` (``gpt prepare`` of chat or prompt/completion JSONL)."""
-    path = Path(cfg.data.path) if cfg.data.path and not cfg.data.sources else None
-    return path is not None and is_store(path) and bool(read_manifest(path).get("loss_mask"))
-
-
-def abstract_batch(cfg: Config, mesh: Mesh, shape: tuple[int, ...] | None = None,
-                   axes: tuple[str | None, ...] = MICRO_BATCH_AXES) -> Any:  # fmt: skip
-    """The train step's batch ``(grad_accum, micro_batch, seq_len + 1)`` without its values.
-
-    ``shape`` and ``axes`` another batch's (the eval step's ``(rows, seq_len + 1)``). For packed
-    data (:func:`packed_data`) a dict of ``tokens``, ``mask`` and ``segments`` of that shape.
-    """
-    t = cfg.train
-    if shape is None:
-        shape = (t.grad_accum, t.batch_size // t.grad_accum, cfg.model.seq_len + 1)
-    sharding = batch_sharding(mesh, axes)
-    if not packed_data(cfg):
-        return jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharding)
-    dtypes = {"tokens": jnp.int32, "mask": jnp.uint8, "segments": jnp.int32}
-    return {k: jax.ShapeDtypeStruct(shape, d, sharding=sharding) for k, d in dtypes.items()}
 
 
 def one_device_mesh() -> Mesh:

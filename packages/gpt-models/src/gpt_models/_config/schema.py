@@ -156,7 +156,7 @@ class LoRAModel(ModelConfig):
 def _folded(model: ModelConfig, lora: LoRAConfig) -> ModelConfig:
     """``model`` as a ``Config`` with ``lora`` holds it: with the adapters, or a plain section."""
     plain = model.base if isinstance(model, LoRAModel) else model
-    if not lora.enabled:
+    if lora.rank <= 0:  # not lora.enabled: read before the [lora] section's own checks
         return plain
     if isinstance(model, LoRAModel) and model.lora == lora:
         return model
@@ -403,11 +403,11 @@ def validate(cfg: Config) -> Config:
     if not 257 <= cfg.data.bpe_vocab_size <= 65536:
         problems.append(f"data.bpe_vocab_size = {cfg.data.bpe_vocab_size} must be in 257..65536")
     problems += _range_problems(cfg)
+    s = cfg.sample
+    problems += sampling_problems("sample.", s.max_new_tokens, s.temperature, s.top_k, s.top_p)
     if divisible and m.d_model > 0:  # the LoRA checks read the heads' sizes
         problems += lora_problems(cfg)
     problems += source_problems(cfg.data.sources, cfg.data.path)
-    s = cfg.sample
-    problems += sampling_problems("sample.", s.max_new_tokens, s.temperature, s.top_k, s.top_p)
     tok = cfg.data.tokenizer
     if tok not in BUILTIN_TOKENIZERS and not tok.endswith(".json"):
         problems.append(

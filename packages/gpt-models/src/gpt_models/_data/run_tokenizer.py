@@ -34,9 +34,9 @@ def prepare_tokenizer(
 ) -> tuple[Tokenizer, Config]:
     """The run's tokenizer, and ``cfg`` with ``model.vocab_size`` following it (a note if it changed)."""
     tok = _tokenizer(cfg, run, resume)
+    want = model_vocab_size(tok)
     if not _vocab_is_known(cfg):
         return tok, cfg  # a .bin without a sidecar: its ids only have to fit model.vocab_size
-    want = model_vocab_size(tok)
     real = tok.vocab_size if tok.vocab_size != want else 0
     if cfg.model.vocab_real != real and cfg.model.vocab_size == want:
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_real=real))

@@ -13,7 +13,7 @@ from jax.sharding import PartitionSpec as P
 import paramspec as ps
 from core_primitives import compat
 
-from .._config.schema import MeshConfig
+from .._config.schema import Config, MeshConfig
 from .._errors import ConfigError
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -137,3 +137,19 @@ def _gathered(x: jax.Array) -> jax.Array:
     from jax.experimental import multihost_utils
 
     return jax.numpy.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def check_batch_fits(cfg: Config, mesh: Mesh) -> None:
+    """Refuse a batch that does not split evenly over the mesh's batch shards and the processes."""
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    micro = cfg.train.batch_size // cfg.train.grad_accum
+    processes = jax.process_count()
+    if micro % shards or micro % processes:
+        multiple = math.lcm(shards, processes) * cfg.train.grad_accum
+        raise ConfigError(
+            f"The micro-batch (train.batch_size / train.grad_accum = {micro}) must split evenly "
+            f"over the {shards} batch shards (mesh.data * mesh.fsdp) and {processes} processes. "
+            f"Use a batch size that is a multiple of {multiple}."
+        )
+    if cfg.train.batch_size % processes:
+        raise ConfigError(f"train.batch_size must be a multiple of the process count {processes}.")

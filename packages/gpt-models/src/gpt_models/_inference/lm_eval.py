@@ -213,7 +213,10 @@ def run_tasks(manager: Any, names: list[str], params: Any, config: Config, *,
 
     ``options`` go to the model type (``tokenizer``, ``batch_size``, ``stride``, ``seed``).
     """
-    model = register_lm_eval_model()(params=params, config=config, progress=stream, **options)
+    from .lm_eval_model import LoadedRun
+
+    loaded = LoadedRun(config, params, options.pop("tokenizer", None))
+    model = register_lm_eval_model()(loaded=loaded, progress=stream, **options)
     try:
         raw = require_lm_eval().simple_evaluate(
             model=model, tasks=names, task_manager=manager, limit=limit, log_samples=False

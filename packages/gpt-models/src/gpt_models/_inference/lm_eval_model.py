@@ -18,7 +18,7 @@ and ``gpt sample`` run, so the harness measures what they measure:
 from __future__ import annotations
 
 import collections
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import jax
 import numpy as np
@@ -45,6 +45,14 @@ GEN_KWARGS = ("until", "max_gen_toks", "do_sample", "temperature", "top_k", "top
 
 
 @register_model(MODEL_NAME)
+class LoadedRun(NamedTuple):
+    """A run in memory, for :class:`RunLM`: its config, parameters and tokenizer (None: bytes)."""
+
+    config: Config
+    params: Any
+    tokenizer: Tokenizer | None = None
+
+
 class RunLM(LM):  # type: ignore[misc]
     """A gpt run for lm-evaluation-harness: ``model="gpt-models", model_args="run=RUN"``.
 
@@ -57,35 +65,43 @@ class RunLM(LM):  # type: ignore[misc]
         seed: random seed of sampled generations (``do_sample``); greedy ones ignore it.
         max_gen_toks: tokens generated when a task's ``generation_kwargs`` sets no
             ``max_gen_toks`` (lm-eval's Hugging Face model uses 256 too); capped by the context.
-        device: ignored (lm-eval passes its ``--device``): JAX runs on its default device.
-        max_batch_size: ignored (lm-eval passes it for ``batch_size="auto"``, not supported).
-        params: instead of ``run``: parameters in memory, with ``config`` (and ``tokenizer``).
-        config: the run's config, with ``params``.
-        tokenizer: the run's tokenizer, with ``params`` (default bytes).
+        loaded: instead of ``run``: a run in memory, its config, parameters and tokenizer.
         progress: where progress lines go (e.g. ``sys.stderr``); default none.
+        harness: the options lm-eval passes to every model type and this one does not use:
+            ``device`` (JAX runs on its default device) and ``max_batch_size`` (for
+            ``batch_size="auto"``, not supported).
 
     Raises:
         UsageError: no run and no params, a ``batch_size`` or ``stride`` out of range, or a run
             whose scorer does not fit in memory (``OutOfMemoryError``).
     """
 
-    def __init__(self, run: str | None = None, batch_size: int | str = 8, stride: int | None = None,
-                 seed: int = 0, max_gen_toks: int = 256, device: str | None = None,
-                 max_batch_size: int | None = None, *, params: Any = None,
-                 config: Config | None = None, tokenizer: Tokenizer | None = None,
-                 progress: TextIO | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run: str | None = None,
+        batch_size: int | str = 8,
+        stride: int | None = None,
+        seed: int = 0,
+        max_gen_toks: int = 256,
+        *,
+        loaded: LoadedRun | None = None,
+        progress: TextIO | None = None,
+        **harness: Any,
+    ) -> None:
         super().__init__()
+        del harness  # lm-eval's options for every model type, unused here (see Args)
         self.batch_size = _positive("batch_size", batch_size, "8")
         self.max_gen_toks = _positive("max_gen_toks", max_gen_toks, "256")
         if run is not None:
-            config, params, tokenizer = _load(str(run), self.batch_size)
-        elif params is None or config is None:
+            loaded = LoadedRun(*_load(str(run), self.batch_size))
+        if loaded is None:
             raise UsageError(
                 f"The {MODEL_NAME} model of lm-eval needs a run folder: model_args='run=RUN' "
                 "(e.g. run=runs/tiny-20250101-120000), or params and config in Python."
             )
-        self.config, self.params = config, on_one_device(params)
-        self.tokenizer = tokenizer or ByteTokenizer()
+        config = loaded.config
+        self.config, self.params = config, on_one_device(loaded.params)
+        self.tokenizer = loaded.tokenizer or ByteTokenizer()
         seq_len = config.model.seq_len
         self.stride = seq_len // 2 if stride is None else int(stride)
         if not 1 <= self.stride <= seq_len:

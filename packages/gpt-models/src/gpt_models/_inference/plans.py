@@ -11,8 +11,8 @@ from typing import Any, TextIO
 import jax
 import jax.numpy as jnp
 
-from .._compute.preflight import Plan
-from .._compute.programs import Sized, abstract_batch, one_device, one_device_mesh, plan_one_device
+from .._compute.preflight import Plan, abstract_batch
+from .._compute.programs import Sized, one_device, one_device_mesh, plan_one_device
 from .._config.schema import Config
 from .._distributed.mesh import BATCH_AXES
 from .._model.generate import compile_generate

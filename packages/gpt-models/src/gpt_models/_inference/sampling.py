@@ -3,12 +3,13 @@ template (``gpt sample``, a finished run's ``sample.txt``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, TextIO
 
 import jax
 import numpy as np
 
-from .._config.schema import Config
+from .._config.schema import Config, SampleConfig
 from .._data.byte_tokenizer import ByteTokenizer
 from .._data.chat_format import ChatFormat
 from .._data.corpus import Tokenizer
@@ -18,22 +19,52 @@ from .._errors import DataError
 from .._model.generate import generate
 
 
-def sample_text(params: Any, cfg: Config, *, prompt: str | None = None, max_new_tokens: int | None = None,
-                temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-                seed: int = 0, tokenizer: Tokenizer | None = None,
-                chat: ChatFormat | None = None) -> str:  # fmt: skip
-    """Generate text with ``tokenizer`` (default bytes); defaults come from the config's ``[sample]``.
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """How to sample one text: each setting left ``None`` is the run's ``[sample]`` value.
+
+    ``top_k`` 0 and ``top_p`` 1 mean no cut; ``temperature`` 0 is greedy.
+    """
+
+    prompt: str | None = None
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+
+    def resolved(self, s: SampleConfig) -> Sampling:
+        """Every setting given: the ``None`` ones from ``s`` (no cut as ``None`` top-k/top-p)."""
+        return Sampling(
+            prompt=s.prompt if self.prompt is None else self.prompt,
+            max_new_tokens=s.max_new_tokens if self.max_new_tokens is None else self.max_new_tokens,
+            temperature=s.temperature if self.temperature is None else self.temperature,
+            top_k=(s.top_k or None) if self.top_k is None else self.top_k,
+            top_p=(s.top_p if s.top_p < 1 else None) if self.top_p is None else self.top_p,
+            seed=self.seed,
+        )
+
+
+def sample_text(
+    params: Any,
+    cfg: Config,
+    sampling: Sampling = Sampling(),
+    *,
+    tokenizer: Tokenizer | None = None,
+    chat: ChatFormat | None = None,
+) -> str:
+    """Generate text with ``tokenizer`` (default bytes), as ``sampling`` says (defaults from the
+    config's ``[sample]``).
 
     Without ``chat``: the prompt and its continuation. With a run's ``chat`` format: the prompt is
     one user turn, generation stops at the end of the assistant's turn, and the text is the reply.
     """
-    return sample_reply(params, cfg, prompt=prompt, max_new_tokens=max_new_tokens,
-                        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                        tokenizer=tokenizer, chat=chat)[0]  # fmt: skip
+    return sample_reply(params, cfg, sampling, tokenizer=tokenizer, chat=chat)[0]
 
 
-def end_of_run_sample(params: Any, cfg: Config, tokenizer: Tokenizer, chat: ChatFormat | None,
-                      stream: TextIO) -> str:  # fmt: skip
+def end_of_run_sample(
+    params: Any, cfg: Config, tokenizer: Tokenizer, chat: ChatFormat | None, stream: TextIO
+) -> str:
     """The text of a finished run's ``sample.txt``: ``sample.prompt`` answered as a user turn on
     chat data, else continued. A template that cannot write that turn does not fail the finished
     run: the prompt is continued as plain text, with a note on ``stream``."""
@@ -44,22 +75,30 @@ def end_of_run_sample(params: Any, cfg: Config, tokenizer: Tokenizer, chat: Chat
         return sample_text(params, cfg, tokenizer=tokenizer)
 
 
-def sample_reply(params: Any, cfg: Config, *, prompt: str | None = None, max_new_tokens: int | None = None,
-                 temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-                 seed: int = 0, tokenizer: Tokenizer | None = None,
-                 chat: ChatFormat | None = None) -> tuple[str, bool]:  # fmt: skip
+def sample_reply(
+    params: Any,
+    cfg: Config,
+    sampling: Sampling = Sampling(),
+    *,
+    tokenizer: Tokenizer | None = None,
+    chat: ChatFormat | None = None,
+) -> tuple[str, bool]:
     """:func:`sample_text`'s text, and whether a chat reply ended (True without ``chat``)."""
-    s = cfg.sample
     tok = tokenizer or ByteTokenizer()
-    ids, n = sample_lengths(cfg, tok, prompt, max_new_tokens, chat)
+    ids, n = sample_lengths(cfg, tok, sampling.prompt, sampling.max_new_tokens, chat)
+    got = sampling.resolved(cfg.sample)
     ends = chat.end_of_turn_ids if chat is not None else ()
     out = generate(
-        on_one_device(params), ids, cfg.model, max_new_tokens=n,
-        temperature=s.temperature if temperature is None else temperature,
-        top_k=(s.top_k or None) if top_k is None else top_k,
-        top_p=(s.top_p if s.top_p < 1 else None) if top_p is None else top_p,
-        key=jax.random.key(seed), stop_token=ends[0] if ends else None,
-    )  # fmt: skip
+        on_one_device(params),
+        ids,
+        cfg.model,
+        max_new_tokens=n,
+        temperature=got.temperature,
+        top_k=got.top_k,
+        top_p=got.top_p,
+        key=jax.random.key(got.seed),
+        stop_token=ends[0] if ends else None,
+    )
     if chat is None:
         return decode_lenient(tok, np.asarray(out)), True
     new = np.asarray(out)[len(ids) :]

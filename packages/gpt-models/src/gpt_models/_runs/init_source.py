@@ -11,21 +11,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
 
 from .._config.schema import BUILTIN_TOKENIZERS, Config, ModelConfig
 from .._config.toml import load_config
 from .._data.chat_format import ChatFormat
 from .._data.corpus import Tokenizer
 from .._errors import ConfigError, DataError
-from .chat_file import kept_chat_format
+from .chat_file import data_chat_format, kept_chat_format
 from .hf_import import folder_chat_format, read_hf_config
 
 # Model keys that may differ from the weights a run starts from or resumes: how the same weights
 # are computed (the attention kernel, compute dtype, remat, scan), stored or regularised (dropout).
 FREE_KEYS = ("dtype", "param_dtype", "remat", "scan_layers", "init_std", "dropout", "attention")
 ARCH_KEYS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name not in FREE_KEYS)
+# Where resolving says what it decided: one line at a time.
+Say = Callable[[str], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,21 +66,6 @@ def read_init_source(path: str) -> InitSource:
     )
 
 
-def adopt_init_source(cfg: Config, source: InitSource) -> Config:
-    """``cfg`` with the architecture and tokenizer of its ``init.source``.
-
-    The free model keys (``FREE_KEYS``) stay ``cfg``'s; ``gpt train --init-from`` applies this
-    before its ``--set`` flags, so a ``--set data.tokenizer=...`` still wins.
-    """
-    free = {k: getattr(cfg.model, k) for k in FREE_KEYS if k != "init_std"}
-    data = cfg.data
-    if source.tokenizer is not None:
-        data = dataclasses.replace(data, tokenizer=str(source.tokenizer))
-    init = dataclasses.replace(cfg.init, source=str(source.path))
-    model = dataclasses.replace(source.model, **free)
-    return dataclasses.replace(cfg, model=model, data=data, init=init)
-
-
 def check_init_source(cfg: Config, tokenizer: Tokenizer, source: InitSource) -> None:
     """Refuse a model section or a tokenizer that does not fit ``cfg.init.source``'s weights."""
     for key in ARCH_KEYS:
@@ -99,11 +86,11 @@ def check_init_source(cfg: Config, tokenizer: Tokenizer, source: InitSource) -> 
         )
 
 
-def source_chat_format(cfg: Config, source: InitSource, stream: TextIO) -> ChatFormat | None:
+def source_chat_format(cfg: Config, source: InitSource, say: Say) -> ChatFormat | None:
     """The chat format of ``cfg.init.source`` (a run's kept one, a Hugging Face folder's
     template), for a run that starts from it on data that is not chat, with its tokenizer: the
     weights are still the chat model's, and its exports should still carry its template. A note
-    on ``stream`` says so, or why a damaged one is not kept."""
+    (``say``) says so, or why a damaged one is not kept."""
     if not _same_tokenizer(cfg.data.tokenizer, source.tokenizer):
         return None  # another tokenizer: the template's text would not be the ids it was for
     try:
@@ -113,14 +100,13 @@ def source_chat_format(cfg: Config, source: InitSource, stream: TextIO) -> ChatF
         else:
             chat = kept_chat_format(source.path)
     except DataError as err:
-        print(f"note: {err} This run keeps no chat template of its own.", file=stream)
+        say(f"note: {err} This run keeps no chat template of its own.")
         return None
     if chat is not None:
-        print(
+        say(
             f"note: the data is not chat, so this run keeps the chat template of init.source "
             f"{source.path} (from {chat.template_file}): gpt sample writes a prompt as a user "
-            "turn (--raw: as plain text) and gpt export carries the template.",
-            file=stream,
+            "turn (--raw: as plain text) and gpt export carries the template."
         )
     return chat
 
@@ -134,3 +120,67 @@ def _same_tokenizer(tokenizer: str, source: Path | None) -> bool:
         return bool(json.loads(Path(tokenizer).read_bytes()) == json.loads(source.read_bytes()))
     except (OSError, ValueError):  # the run's own tokenizer check says what is wrong with it
         return False
+
+
+def start_config(
+    folder: Path, config: Config | str | None, *, resume: bool, init_from: str | None
+) -> tuple[Config, InitSource | None]:
+    """The config a run starts from, before ``--set``: ``config`` (a ``Config``, a preset or a
+    TOML file), or the run's own ``config.toml`` (``resume``), or ``finetune`` (``init_from``)
+    or ``tiny``; with ``init_from``, that source (read once) and its architecture and tokenizer.
+
+    Raises:
+        ConfigError: ``resume`` with ``init_from``, or with a ``config`` to load.
+    """
+    if resume and init_from:
+        raise ConfigError(
+            "--init-from starts a new run; --resume continues one. Pass only one of them."
+        )
+    source = read_init_source(init_from) if init_from else None
+    if isinstance(config, Config):
+        base = config
+    elif resume and config is not None:
+        raise ConfigError("--resume takes the run's own config.toml; do not pass --config with it.")
+    elif resume:
+        base = load_config(str(folder / "config.toml"), run_folder=True)
+    else:  # a fine-tune's schedule, not pre-training's, unless the config says otherwise
+        base = load_config(config or ("finetune" if init_from else "tiny"))
+    if source is None:
+        return base, None
+    # The source's architecture and tokenizer, before --set (which may still change the free
+    # model keys and data.tokenizer); the free model keys stay the config's.
+    free = {k: getattr(base.model, k) for k in FREE_KEYS if k != "init_std"}
+    data = base.data
+    if source.tokenizer is not None:
+        data = dataclasses.replace(data, tokenizer=str(source.tokenizer))
+    init = dataclasses.replace(base.init, source=str(source.path))
+    model = dataclasses.replace(source.model.base, **free)
+    return dataclasses.replace(base, model=model, data=data, init=init), source
+
+
+def training_chat_format(
+    cfg: Config, folder: Path, source: InitSource | None, say: Say
+) -> ChatFormat | None:
+    """The chat format a run trains with: its chat store's; a chat store that cannot give it
+    (prepared before stores recorded it) still trains, with a note saying how to fix it for later
+    (a resumed run keeps the format it kept). On data that is not chat, a run started from a chat
+    model keeps that model's format (None where the source was moved since: the kept one)."""
+    try:
+        chat = data_chat_format(cfg)
+    except DataError as err:
+        kept = _kept(folder)
+        if kept is None:
+            say(f"note: {err} Until then, sample.txt continues sample.prompt as plain text.")
+        return kept
+    if chat is not None or not cfg.init.source:
+        return chat
+    if source is None:  # a resumed run whose source was moved or changed since
+        return _kept(folder)
+    return source_chat_format(cfg, source, say)
+
+
+def _kept(folder: Path) -> ChatFormat | None:
+    try:  # a damaged kept file: as if there were none
+        return kept_chat_format(folder)
+    except DataError:
+        return None

@@ -15,16 +15,18 @@ The whole run (this, its tokenizer, data, init source and chat format) is ``run.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 from pathlib import Path
 
 from .._config.schema import BUILTIN_TOKENIZERS, Config, DataConfig
 from .._config.sources import DataSource
-from .._data.corpus import bin_files
+from .._data.corpus import Tokenizer, bin_files
 from .._data.mixture import missing_source
+from .._data.run_tokenizer import prepare_tokenizer
 from .._data.store import is_store
 from .._errors import ConfigError, DataError
-from .init_source import ARCH_KEYS, FREE_KEYS
+from .init_source import ARCH_KEYS, FREE_KEYS, Say
 
 # What data.path can hold (data.kind), as the messages name it.
 DATA_KINDS = {
@@ -134,3 +136,21 @@ def check_resume_model(run: Path, saved_cfg: Config, cfg: Config) -> None:
                 f"model.{'/'.join(FREE_KEYS)} may change), or train the other architecture as a "
                 "new run with --name."
             )
+
+
+def resolve_config(
+    cfg: Config, folder: Path, *, resume: bool, say: Say
+) -> tuple[Config, Tokenizer]:
+    """The config a run trains and records, and its tokenizer: absolute paths and ``data.kind``
+    (:func:`resolve_paths`), the tokenizer (read, or trained for ``bpe``; the run folder's own
+    when resuming) and ``model.vocab_size`` following it (a model
+    started from other weights keeps their vocabulary). Notes go to ``say``; nothing is written.
+    """
+    cfg = resolve_paths(cfg)
+    said = io.StringIO()
+    tokenizer, resolved = prepare_tokenizer(cfg, folder, resume=resume, stream=said)
+    if cfg.init.source:
+        return cfg, tokenizer
+    for line in said.getvalue().splitlines():
+        say(line)
+    return resolved, tokenizer

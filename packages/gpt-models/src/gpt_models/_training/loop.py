@@ -92,9 +92,10 @@ def run_training(
     created = is_primary() and not run.folder.exists()
     try:
         return _train_in(run, plan, hooks, stream)
-    except (UsageError, ConfigError) as err:
-        # A launch refused before its first step leaves no folder it made (an init source whose
-        # weights turn out unreadable); an out-of-memory keeps its error log.
+    except (UsageError, ConfigError, KeyboardInterrupt) as err:
+        # A launch refused (an init source whose weights turn out unreadable) or interrupted
+        # (Ctrl-C) before its first step leaves no folder it made; an out-of-memory keeps its
+        # error log.
         if created and not isinstance(err, OutOfMemoryError) and not _trained(run.folder):
             shutil.rmtree(run.folder, ignore_errors=True)
         raise

@@ -15,37 +15,37 @@ XLA's own variations, so that a smaller micro-batch is estimated to need at leas
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import TextIO
 
 import jax
 import optax
 from jax.sharding import Mesh
 
-import paramspec as ps
 from core_primitives import compat
 
 from .._compute.preflight import (
     Knob,
     Plan,
     StepMemory,
+    abstract_batch,
+    compiled_with_note,
     memory_budget,
     memory_text,
     resident_bytes,
     size,
     step_memory,
+    tree_bytes,
+    tree_count,
 )
-from .._compute.programs import abstract_batch, compiled_with_note, tree_bytes, tree_count
 from .._config.schema import Config
-from .._distributed.mesh import make_mesh
-from .._errors import ConfigError
+from .._distributed.mesh import check_batch_fits, make_mesh
 from .._model.attention import check_attention
 from .._model.flops import flops_per_token
 from .._model.lora import lora_summary
 from .._runs.run import Run
 from .logging import check_tensorboard, check_wandb
 from .profiling import check_profile_range
-from .step import TrainState, abstract_state, compile_train_step, make_optimizer
+from .step import TrainState, compile_train_step, make_optimizer, sharded_state
 
 # The train step's temporaries that do not shrink with the micro-batch, at most: x the parameters'
 # bytes (measured: 2.4 x for gpt2-small, up to 3.3 x for llama-tiny from one micro-batch to two).
@@ -68,11 +68,6 @@ class TrainPlan:
     preflight: Plan
     profile: tuple[int, int] | None = None
 
-    @property
-    def step(self) -> object:
-        """The compiled train step the loop runs."""
-        return self.preflight.compiled
-
 
 def plan_run(
     run: Run, *, profile: tuple[int, int] | None = None, stream: TextIO | None = None
@@ -92,63 +87,43 @@ def plan_run(
     check_tensorboard(cfg)
     check_attention(cfg.model)
     mesh = make_mesh(cfg.mesh)
-    _check_batch_fits(cfg, mesh)
+    check_batch_fits(cfg, mesh)
     optimizer = make_optimizer(cfg.train)
-    abstract = _abstract(cfg, optimizer, mesh)
+    abstract = sharded_state(cfg, optimizer, mesh)
     preflight = plan_step(cfg, optimizer, mesh, abstract, stream=stream)
     return TrainPlan(mesh, optimizer, abstract, preflight, profile)
 
 
-def _check_batch_fits(cfg: Config, mesh: Mesh) -> None:
-    shards = mesh.shape["data"] * mesh.shape["fsdp"]
-    micro = cfg.train.batch_size // cfg.train.grad_accum
-    processes = jax.process_count()
-    if micro % shards or micro % processes:
-        multiple = math.lcm(shards, processes) * cfg.train.grad_accum
-        raise ConfigError(
-            f"The micro-batch (train.batch_size / train.grad_accum = {micro}) must split evenly "
-            f"over the {shards} batch shards (mesh.data * mesh.fsdp) and {processes} processes. "
-            f"Use a batch size that is a multiple of {multiple}."
-        )
-    if cfg.train.batch_size % processes:
-        raise ConfigError(f"train.batch_size must be a multiple of the process count {processes}.")
-
-
-def _abstract(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh) -> TrainState:
-    try:
-        return abstract_state(cfg, optimizer, mesh)
-    except ps.ShardingError as err:  # e.g. heads not divisible by mesh.tensor
-        raise ConfigError(
-            f"Impossible mesh for this model: {err}\nChoose mesh sizes that divide the sharded "
-            "dimensions (heads and kv_heads and mlp and vocab by mesh.tensor; d_model by "
-            "mesh.fsdp)."
-        ) from err
-
-
-def plan_step(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh,
-              abstract: TrainState, stream: TextIO | None = None) -> Plan:  # fmt: skip
+def plan_step(
+    cfg: Config,
+    optimizer: optax.GradientTransformation,
+    mesh: Mesh,
+    abstract: TrainState,
+    stream: TextIO | None = None,
+) -> Plan:
     """Compile the train step of ``cfg`` ahead of time and measure it against the devices."""
     devices = list(mesh.devices.flat)
-    what = f"the train step ({len(devices)} {jax.default_backend()} device(s))"
-    jitted = compile_train_step(cfg, optimizer, mesh, abstract)
-    compiled, seconds = compiled_with_note(
-        stream, what, lambda: jitted.lower(abstract, abstract_batch(cfg, mesh)).compile()
-    )
-    mem = step_memory(compiled, devices)
     t, m = cfg.train, cfg.model
-    param_bytes = tree_bytes(abstract.params)
+    jitted = compile_train_step(cfg, optimizer, mesh, abstract)
+    batch = abstract_batch(cfg, mesh)
+    what = f"the train step ({len(devices)} {jax.default_backend()} device(s))"
+    compiled, seconds = compiled_with_note(
+        stream, what, lambda: jitted.lower(abstract, batch).compile()
+    )
+    mem, budget, baseline = step_memory(compiled, devices), memory_budget(devices), resident_bytes()
     trainable = abstract.params.split()[0]
-    budget = memory_budget(devices)
+    params, param_bytes = tree_count(abstract.params), tree_bytes(abstract.params)
+    lora = (
+        []
+        if len(trainable) == len(abstract.params)
+        else [
+            f"trainable        {tree_count(trainable):,} ({size(tree_bytes(trainable))}): the "
+            f"LoRA adapters, {lora_summary(cfg.model)}; the rest is frozen"
+        ]
+    )
     lines = [
-        f"parameters       {tree_count(abstract.params) / 1e6:.2f}M ({size(param_bytes)})",
-        *(
-            []
-            if len(trainable) == len(abstract.params)
-            else [
-                f"trainable        {tree_count(trainable):,} ({size(tree_bytes(trainable))}): the "
-                f"LoRA adapters, {lora_summary(cfg.model)}; the rest is frozen"
-            ]
-        ),
+        f"parameters       {params / 1e6:.2f}M ({size(param_bytes)})",
+        *lora,
         f"optimizer state  {size(tree_bytes(abstract.opt_state))} ({t.optimizer})",
         f"step memory      {memory_text(mem)} on each of {len(devices)} "
         f"{jax.default_backend()} device(s)",
@@ -162,10 +137,9 @@ def plan_step(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh,
     return Plan(
         command="gpt train", compiled=compiled, memory=mem, budget=budget, devices=len(devices),
         program=f"train step (micro-batch {micro} of {m.seq_len} tokens, model.remat={m.remat})",
-        params=tree_count(abstract.params), param_bytes=param_bytes, compile_s=seconds, cfg=cfg,
+        params=params, param_bytes=param_bytes, compile_s=seconds, cfg=cfg,
         knob=_micro_batches(cfg, mesh, mem, tree_bytes(trainable)), lines=lines,
-        baseline=resident_bytes(),
-        stream=stream,
+        baseline=baseline, stream=stream,
     )  # fmt: skip
 
 

@@ -15,6 +15,7 @@ import optax
 from jax.sharding import Mesh
 
 import lox
+import paramspec as ps
 from core_primitives import keypath_to_path, pytree_dataclass
 
 from .._config.schema import Config, TrainConfig
@@ -26,6 +27,7 @@ from .._distributed.mesh import (
     compiler_options,
     replicated,
 )
+from .._errors import ConfigError
 from .._model.gpt import abstract_params, drops, init_params
 from .._model.lora import is_adapter
 from .._model.loss import is_packed, loss_weights, packed_sums, token_losses
@@ -184,6 +186,18 @@ def abstract_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: M
         step=jax.ShapeDtypeStruct((), jnp.int32, sharding=rep),
         rng=jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=rep),
     )
+
+
+def sharded_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh) -> TrainState:
+    """:func:`abstract_state`, with a mesh that cannot shard the model refused as a config error."""
+    try:
+        return abstract_state(cfg, optimizer, mesh)
+    except ps.ShardingError as err:  # e.g. heads not divisible by mesh.tensor
+        raise ConfigError(
+            f"Impossible mesh for this model: {err}\nChoose mesh sizes that divide the sharded "
+            "dimensions (heads and kv_heads and mlp and vocab by mesh.tensor; d_model by "
+            "mesh.fsdp)."
+        ) from err
 
 
 def to_items(state: TrainState) -> dict[str, Any]:

@@ -72,7 +72,7 @@ class StepLoop:
         self.cfg, self.run_dir, self.mesh, self.dataset = cfg, run.folder, plan.mesh, run.data
         self.ckpt, self.start, self.hooks = ckpt, start, hooks
         self.stream = stream if is_primary() else io.StringIO()  # only process 0 reports
-        self.step_fn = plan.step  # compiled by the pre-flight (plans.plan_step)
+        self.step_fn = plan.preflight.compiled  # compiled by the pre-flight (plans.plan_step)
         self.sources = SourceMetrics(cfg, run.data, self.start)  # a mixture's per-source metrics
         self.logger = hooks.logger if is_primary() else None
         self.log_state = self.logger.init() if self.logger else None
