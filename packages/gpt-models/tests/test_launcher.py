@@ -108,7 +108,7 @@ def _interrupt_at(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seconds", [0.3, 3.0])
+@pytest.mark.parametrize("seconds", [1.0, 3.0])
 def test_ctrl_c_at_start_stops_gpt_train_within_seconds(tmp_path, seconds):
     proc, took = _interrupt_at(tmp_path, seconds)
     assert proc.returncode == 130, proc.stderr

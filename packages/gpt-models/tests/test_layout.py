@@ -72,7 +72,9 @@ def test_no_module_imports_a_higher_layer(path):
     higher = {s for s in imported if LAYERS[s] > LAYERS[own]}
     assert not higher, f"{path.relative_to(PACKAGE)} (layer {LAYERS[own]}) imports {higher}"
     beside = {s for s in imported if LAYERS[s] == LAYERS[own] and s != own and LAYERS[s] > 2}
-    assert not beside, f"{path.relative_to(PACKAGE)} imports {beside}, beside it in layer {LAYERS[own]}"
+    assert not beside, (
+        f"{path.relative_to(PACKAGE)} imports {beside}, beside it in layer {LAYERS[own]}"
+    )
 
 
 def test_reading_commands_do_not_import_training(tmp_path, make_config):

@@ -64,3 +64,40 @@ def test_a_folder_with_checkpoints_is_not_overwritten(tmp_path, make_config):
     assert f"{run} already holds checkpoints (steps [2]). Resume it with" in str(info.value)
     assert f"`gpt train --resume {run}`, or pick another --name" in str(info.value)
     assert load_run(run)[2] == 2
+
+
+# `python -c` source: `gpt train ARGS` killed outright (os._exit, as kill -9 would) right after
+# its second checkpoint is saved.
+_KILLED_AFTER_SECOND_CHECKPOINT = """
+import os, sys
+from gpt_models.internal import training_loop as loop
+real, saved = loop.StepLoop.save, []
+def save_then_die(self, step, state):
+    real(self, step, state)
+    saved.append(step)
+    if len(saved) == 2:
+        self.ckpt.wait()
+        os._exit(9)
+loop.StepLoop.save = save_then_die
+from gpt_models import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_metrics_cover_every_checkpoint_after_kill_9(tmp_path, small_args):
+    # The metrics were written every 20 log calls and not at checkpoints: a run killed after
+    # checkpoint 4 had no metrics/ folder, and --auto-resume started a new log at step 5.
+    import subprocess
+    import sys
+
+    import lox
+
+    args = ["train", "--out", str(tmp_path), "--name", "run", *small_args,
+            "--set", "train.steps=6", "--set", "train.checkpoint_every=2", "--set", "log.every=1"]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_SECOND_CHECKPOINT, *args],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 9, proc.stderr
+    logs = lox.load(tmp_path / "run" / "metrics" / "run_0")
+    assert logs.steps["loss"]["step"].tolist() == [0, 1, 2, 3]  # every step up to checkpoint 4

@@ -199,6 +199,30 @@ def test_a_resumed_mixture_run_continues_its_batches_counts_and_losses(
     assert resumed == [[r[k] for k in keys] for r in _csv(whole)][3:]
 
 
+def test_a_resume_with_new_weights_keeps_the_counts_and_says_so(
+    tmp_path, two_texts, gpt_train, capsys
+):
+    # The counts were drawn again under the new weights: source A fell from 184,384 to 30,336.
+    assert gpt_train("--set", _sources_flag(*zip(two_texts, WEIGHTS))) == 0  # steps 3 and 6
+    run = tmp_path / "run"
+    before = {int(r["step"]): r for r in _csv(run)}
+    shutil.rmtree(run / "checkpoints" / "6")
+    capsys.readouterr()
+    resume = ["train", "--resume", str(run), "--set", _sources_flag(*zip(two_texts, (0.2, 0.8)))]
+    assert main(resume) == 0
+    assert (
+        "note: the data mixture changed since checkpoint step 3 (weights {'prose': 0.8, "
+        "'digits': 0.2} then, {'prose': 0.2, 'digits': 0.8} now): tokens/<source> go on from "
+        "the counts so far, the steps from here on drawn with the new weights."
+    ) in capsys.readouterr().err
+    after = {int(r["step"]): r for r in _csv(run)}
+    for name in ("prose", "digits"):  # cumulative: never below the count at the checkpoint
+        at_checkpoint = int(float(before[2][f"tokens/{name}"]))
+        assert int(float(after[3][f"tokens/{name}"])) >= at_checkpoint
+    grown = sum(int(float(after[3][f"tokens/{n}"])) for n in ("prose", "digits"))
+    assert grown == sum(int(float(before[2][f"tokens/{n}"])) for n in ("prose", "digits")) + 8 * 32
+
+
 # --- refusals: one line each, exit 2 ---------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 it from any working directory, and ``--text @val`` is the run's validation split whatever the data."""
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -100,6 +101,33 @@ def test_a_resumed_run_whose_data_changed_kind_is_refused(tmp_path, store, capsy
         "config.toml): the files were replaced since. Put the run's data back at that path, or "
         "train a new run on this data (gpt train --set data.path=...).\n"
     )
+
+
+def test_a_resumed_run_whose_store_was_replaced_is_refused_naming_it(
+    tmp_path, store, capsys, small_args
+):
+    # Only the data's kind was checked: a store made by the same tokenizer from other text
+    # passed, and --resume trained on it without a word.
+    train = ["train", "--out", str(tmp_path), "--name", "r", *small_args]
+    assert main([*train, "--set", f"data.path={store}"]) == 0
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({"text": f"Other {i}: lorem ipsum " * 9}) + "\n"
+                             for i in range(60)))  # fmt: skip
+    shutil.rmtree(store)
+    prepare([other], store, val_fraction=0.3)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "r"), "--set", "train.steps=8"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"gpt: error: --resume {tmp_path / 'r'}: the token store data.path = {store} is not the "
+        "one this run trained on: its manifest changed since checkpoint step 6 (sha256 "
+    )
+    assert err.rstrip().endswith(
+        "Put the run's store back at that path, or train on the new one as a new run from this "
+        f"one's weights: gpt train --init-from {tmp_path / 'r'} --name NEW."
+    )
+    kept = sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir() if p.name.isdigit())
+    assert kept == ["3", "6"]  # the run is as it was
 
 
 def test_init_from_uses_the_finetune_schedule_says_it_and_logs_a_baseline(tmp_path, capsys, small_args):  # fmt: skip

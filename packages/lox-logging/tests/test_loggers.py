@@ -465,6 +465,19 @@ def test_save_logger_flush_every_buffers_until_finish(tmp_path):
         SaveLogger(3)
 
 
+def test_flush_writes_what_a_save_logger_holds_back_and_the_run_goes_on(tmp_path):
+    logger = MultiLogger(SaveLogger(tmp_path, flush_every=100), ConsoleLogger(print_fn=[].append))
+    state = logger.init()
+    state = logger.log(state, metrics(0.0, 0))
+    assert not (tmp_path / "run_0").exists()  # held back: 1 of 100 calls
+    logger.flush(state)  # e.g. at a checkpoint: a crash after it loses nothing logged before
+    assert tolist(load(tmp_path / "run_0")["loss"]) == [0.0]
+    logger.flush(state)  # nothing held back: nothing written again
+    state = logger.log(state, metrics(1.0, 1))
+    logger.finish(state)
+    assert tolist(load(tmp_path / "run_0").steps["loss"]["step"]) == [0, 1]
+
+
 def test_state_from_a_sharded_jit_feeds_the_next_call():
     if jax.device_count() < 2:
         pytest.skip("needs several devices (the root conftest fakes 8 CPUs)")

@@ -1,5 +1,5 @@
 import sys
 
-from ._cli.main import console
+from ._cli.launcher import console
 
 sys.exit(console())

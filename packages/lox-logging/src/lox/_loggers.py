@@ -86,6 +86,12 @@ class Logger(abc.ABC):
     def finish(self, state: State) -> None:
         """Close the run(s) named by ``state``."""
 
+    def flush(self, state: State) -> None:
+        """Make everything logged to ``state``'s run(s) so far durable now, on the host (e.g. at a
+        checkpoint, so that a crash after it loses nothing the checkpoint covers). The default
+        does nothing: a logger that writes at once has nothing held back."""
+        del state
+
     def write(self, state: State, logs: logdict) -> None:
         """Host side of ``tap``: record ``logs`` for ``state`` (numpy values) right now.
 
@@ -212,6 +218,9 @@ class HostLogger(Logger):
     def close_run(self, handle: Any, run: int) -> None:
         """Finish the run."""
 
+    def flush_run(self, handle: Any, run: int) -> None:
+        """Write what the run holds back (see :meth:`Logger.flush`); by default nothing."""
+
     # -- the pure API --------------------------------------------------------------------------
 
     def init(self, key: jax.Array | None = None) -> LoggerState:
@@ -256,6 +265,11 @@ class HostLogger(Logger):
 
     def write(self, state: LoggerState, logs: logdict) -> None:
         self._host_write(state, logs)
+
+    def flush(self, state: LoggerState) -> None:
+        jax.effects_barrier()  # queued log callbacks first
+        for run in np.ravel(np.asarray(state.run)).tolist():
+            self.flush_run(self._handle(run), run)
 
     # -- host side -----------------------------------------------------------------------------
 
@@ -369,6 +383,10 @@ class SaveLogger(HostLogger):
         if handle:
             self._flush(handle, run)
 
+    def flush_run(self, handle: list[logdict], run: int) -> None:
+        if handle:
+            self._flush(handle, run)
+
     def _flush(self, pending: list[logdict], run: int) -> None:
         logs = sum(pending[1:], pending[0])
         pending.clear()
@@ -412,6 +430,11 @@ class MultiLogger(Logger):
         self._check(state)
         for lg, s in zip(self.loggers, state):
             lg.finish(s)
+
+    def flush(self, state: Sequence[State]) -> None:
+        self._check(state)
+        for lg, s in zip(self.loggers, state):
+            lg.flush(s)
 
     def write(self, state: Sequence[State], logs: logdict) -> None:
         for lg, s in zip(self.loggers, state):

@@ -130,6 +130,9 @@ class TensorBoardLogger(HostLogger):
         elif x.size:
             writer.add_histogram(tag, x.astype(np.float64).ravel(), global_step=step)
 
+    def flush_run(self, handle: _Run, run: int) -> None:
+        handle.writer.flush()
+
     def close_run(self, handle: _Run | None, run: int) -> None:
         if handle is not None:
             handle.writer.close()

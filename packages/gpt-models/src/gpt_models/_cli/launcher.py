@@ -93,10 +93,14 @@ def restart_if_useful(command: str) -> None:
         return
     sys.stdout.flush()
     sys.stderr.flush()
+    # A Ctrl-C during the restart stays pending (the mask survives exec) until the new process has
+    # its handler (stop_on_first_interrupt), instead of landing in its interpreter's start-up.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     # argv[0] is this interpreter's own path: Python finds its environment (a venv) from it.
     try:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
     except OSError as err:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         print(
             f"gpt: note: could not restart with glibc's start-up tunables ({err}); training "
             f"goes on without them, and its peak memory may differ between runs. "
@@ -126,13 +130,27 @@ def settle_after_restart(environ: dict[str, str] | os._Environ[str] = os.environ
 def stop_on_first_interrupt() -> None:
     """Make the first Ctrl-C raise ``KeyboardInterrupt`` in the main thread's own code, even when
     it arrives inside a garbage-collection callback or a finaliser (see the module docstring)."""
-    signal.signal(signal.SIGINT, _interrupt)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # started ignoring it: it stays so
+        signal.signal(signal.SIGINT, _interrupt)
+    # A Ctrl-C held back through the restart (restart_if_useful) is delivered now, to the handler.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def was_interrupted() -> bool:
+    """Whether the handler raised ``KeyboardInterrupt`` in this process: whatever error that
+    became on its way up (an import that it cut short fails with an ``ImportError``), the
+    command was stopped by Ctrl-C."""
+    return _interrupted["raised"]
+
+
+_interrupted = {"raised": False}
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     if _in_swallowing_callback(frame):
         threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signum)).start()
         return
+    _interrupted["raised"] = True
     raise KeyboardInterrupt
 
 
@@ -145,3 +163,25 @@ def _in_swallowing_callback(frame: FrameType | None) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def console() -> int:
+    """The ``gpt`` program (its console script and ``python -m gpt_models``): the Ctrl-C handler
+    first (before the parser's imports, and long before JAX's), the command line parsed once,
+    the CPU restart where it helps (``GPT_CPU_RESTART=0`` to skip), then the command."""
+    try:
+        stop_on_first_interrupt()
+        from .main import parse, run
+
+        args = parse(None)  # --help and usage errors exit here, as in main
+        if not settle_after_restart():
+            restart_if_useful(args.command)
+        return run(args)
+    except UsageError as err:  # the launcher's own (a bad GPT_CPU_RESTART)
+        print(f"gpt: error: {err}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Exception):
+        if not was_interrupted():
+            raise
+        print("\ngpt: interrupted (Ctrl-C); stopped before finishing.", file=sys.stderr)
+        return 130

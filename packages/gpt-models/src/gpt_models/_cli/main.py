@@ -270,26 +270,6 @@ def _usage_error(message: str) -> int:
     return EXIT_USAGE
 
 
-def console() -> int:
-    """The ``gpt`` program (its console script and ``python -m gpt_models``): the command line
-    parsed once, then ``launcher.py``'s start (the first Ctrl-C stops it: exit 130; ``gpt train``
-    on CPU restarts once with glibc's start-up tunables, ``GPT_CPU_RESTART=0`` to skip), then
-    the command."""
-    from . import launcher
-
-    launcher.stop_on_first_interrupt()  # before JAX is imported, which is when Ctrl-C was lost
-    try:
-        args = _parser().parse_args()  # --help and usage errors exit here, as in main
-        if not launcher.settle_after_restart():
-            launcher.restart_if_useful(args.command)
-        return _run(args)
-    except KeyboardInterrupt:
-        print("\ngpt: interrupted (Ctrl-C); stopped before finishing.", file=sys.stderr)
-        return 130
-    except UsageError as err:  # the launcher's own (a bad GPT_CPU_RESTART)
-        return _usage_error(str(err))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``gpt`` command as a function: run it with ``argv`` and return the exit status.
 
@@ -306,12 +286,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         ...
         0
     """
-    return _run(argv)
+    return run(parse(argv))
 
 
-def _run(argv: Sequence[str] | argparse.Namespace | None) -> int:
-    """The command ``argv`` asks for (parsed here, or already by ``console``), run."""
-    args = argv if isinstance(argv, argparse.Namespace) else _parser().parse_args(argv)
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """``argv`` (default: this process's command line) as ``gpt``'s parser reads it; ``--help``,
+    ``--version`` and usage errors exit here."""
+    return _parser().parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command ``args`` (from :func:`parse`) asks for, run: its exit status."""
     quiet_stderr()  # orbax's late reports after a failed save or restore (see quiet_stderr.py)
     if args.command not in ("config", "prepare"):
         from .._compute.host_memory import tune_host_allocator_for_cli

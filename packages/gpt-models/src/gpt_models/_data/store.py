@@ -290,6 +290,12 @@ def is_store(path: Path) -> bool:
     return path.is_dir() and (path / MANIFEST).is_file()
 
 
+def manifest_digest(folder: Path) -> str:
+    """The identity of a store: the SHA-256 of its manifest, which lists every shard with its size
+    and digest (another store made from other text, even with the same tokenizer, differs)."""
+    return hashlib.sha256((folder / MANIFEST).read_bytes()).hexdigest()
+
+
 def read_manifest(folder: Path) -> dict[str, Any]:
     """The checked manifest of a store.
 

@@ -24,7 +24,7 @@ from .._config.sources import DataSource
 from .._data.corpus import Tokenizer, bin_files
 from .._data.mixture import missing_source
 from .._data.run_tokenizer import prepare_tokenizer
-from .._data.store import is_store
+from .._data.store import is_store, manifest_digest
 from .._errors import ConfigError, DataError
 from .init_source import ARCH_KEYS, FREE_KEYS, Say
 
@@ -154,3 +154,32 @@ def resolve_config(
     for line in said.getvalue().splitlines():
         say(line)
     return resolved, tokenizer
+
+
+def store_digests(cfg: Config) -> dict[str, str]:
+    """The identity of every token store the run (resolved) reads, by where the config names it:
+    ``data.path``, or ``data.sources[i] (name)`` for a mixture's sources."""
+    if cfg.data.kind == "store":
+        return {f"data.path = {cfg.data.path}": manifest_digest(Path(cfg.data.path))}
+    return {
+        f"data.sources[{i}] ({src.label!r}) at {src.path}": manifest_digest(Path(src.path))
+        for i, src in enumerate(cfg.data.sources)
+        if src.kind == "store"
+    }
+
+
+def check_same_stores(cfg: Config, recorded: dict[str, str] | None, run: Path, step: int) -> None:
+    """Refuse to resume ``run`` on token stores other than the ones its checkpoint ``step``
+    recorded (``None``: a checkpoint written before checkpoints recorded them)."""
+    if recorded is None:
+        return
+    now = store_digests(cfg)
+    for where, digest in recorded.items():
+        if now.get(where, digest) != digest:
+            raise DataError(
+                f"--resume {run}: the token store {where} is not the one this run trained on: "
+                f"its manifest changed since checkpoint step {step} (sha256 {digest[:12]} then, "
+                f"{now[where][:12]} now), so the batches after the checkpoint would come from "
+                "other data. Put the run's store back at that path, or train on the new one as a "
+                f"new run from this one's weights: gpt train --init-from {run} --name NEW."
+            )

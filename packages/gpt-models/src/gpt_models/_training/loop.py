@@ -17,7 +17,7 @@ import math
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import lox
 
@@ -39,6 +39,7 @@ from .._runs.diskfull import disk_full_message
 from .._runs.folders import write_text
 from .._runs.launch import carry_records, holds_checkpoints
 from .._runs.lock import run_lock
+from .._runs.resolve import check_same_stores
 from .._runs.run import Run
 from .._runs.runlog import log_failure
 from .._runs.snapshot import committed_steps
@@ -164,9 +165,15 @@ def _log_failure(run: Path, step: int | None, err: BaseException, lines: list[st
     log_failure(run, step, err, chain=chain, lines=lines if chain else [])
 
 
-def _restore_or_init(
-    run: Run, plan: TrainPlan, ckpt: Checkpointer, stream: TextIO
-) -> tuple[Any, int]:
+class Restored(NamedTuple):
+    """The state a launch trains from, its step, and its checkpoint's metadata ({} when new)."""
+
+    state: Any
+    step: int
+    meta: dict[str, Any]
+
+
+def _restore_or_init(run: Run, plan: TrainPlan, ckpt: Checkpointer, stream: TextIO) -> Restored:
     cfg = run.config
     if not run.resume:
         if ckpt.steps():  # made since the run was resolved: another launch ran in between
@@ -179,8 +186,8 @@ def _restore_or_init(
                 f"{t.steps} (train.lr, train.warmup_steps, train.min_lr_ratio).",
                 file=stream,
             )
-            return init_state_from(cfg, run.init, plan.optimizer, plan.mesh), 0
-        return init_state(cfg, plan.optimizer, plan.mesh), 0
+            return Restored(init_state_from(cfg, run.init, plan.optimizer, plan.mesh), 0, {})
+        return Restored(init_state(cfg, plan.optimizer, plan.mesh), 0, {})
     items, meta, step = ckpt.restore(to_items(plan.abstract))
     if step > cfg.train.steps:  # before config.toml is rewritten with the smaller count
         run = ckpt.directory.parent
@@ -190,6 +197,7 @@ def _restore_or_init(
             f"--resume {run} --set train.steps=N (N > {step}), or read the run as it is with "
             f"gpt sample/eval --run {run}."
         )
+    check_same_stores(cfg, meta.get("data", {}).get("stores"), run.folder, step)
     state = from_items(items)
     if gone := ckpt.discard_damaged(step):
         print(
@@ -200,17 +208,18 @@ def _restore_or_init(
     if meta.get("data", {}).get("seed", cfg.train.seed) != cfg.train.seed:
         print("note: train.seed changed since the checkpoint; batches will differ.", file=stream)
     print(f"Resumed from checkpoint step {step} in {ckpt.directory}", file=stream)
-    return state, step
+    return Restored(state, step, meta)
 
 
 def _run_steps(
     run: Run, plan: TrainPlan, hooks: Hooks, ckpt: Checkpointer, at: dict[str, Any], stream: TextIO
 ) -> RunResult:
     cfg, folder = run.config, run.folder
-    state, start = _restore_or_init(run, plan, ckpt, stream)
+    restored = _restore_or_init(run, plan, ckpt, stream)
+    state, start = restored.state, restored.step
     if is_primary():  # before the metrics logger opens them
         carry_records(folder, dataclasses.replace(run.launch, start=start), stream)
-    loop = StepLoop(run, plan, hooks, ckpt, start, stream)
+    loop = StepLoop(run, plan, hooks, ckpt, restored, stream)
     loop.at = at
     # Only now that the launch is accepted (checkpoints restored, metrics opened): a refused or
     # failed launch leaves the run's config.toml as it was.

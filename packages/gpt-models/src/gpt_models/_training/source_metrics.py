@@ -8,7 +8,7 @@ checkpoint again from the same draws (about 20 microseconds a step), so they nee
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -26,13 +26,42 @@ class SourceMetrics:
     of the step's rows from that source, logged only at steps that drew one.
     """
 
-    def __init__(self, cfg: Config, dataset: Dataset, start: int) -> None:
+    def __init__(self, cfg: Config, dataset: Dataset, restored: Any, stream: TextIO) -> None:
         self.mix = dataset.train if isinstance(dataset.train, MixedTokens) else None
         self.seed, self.batch = cfg.train.seed, cfg.train.batch_size
         self.seq_len = cfg.model.seq_len
         self.tokens = np.zeros(len(self.mix.parts) if self.mix else 0, np.int64)
-        for step in range(start if self.mix else 0):
-            self.tokens += self._counts(step)
+        if self.mix is None:
+            return
+        data = restored.meta.get("data", {})
+        counted, weights = data.get("tokens"), data.get("weights")
+        if counted is None:  # new, or a checkpoint from before they were recorded
+            for step in range(restored.step):
+                self.tokens += self._counts(step)
+            return
+        self.tokens += [int(counted.get(name, 0)) for name in self.mix.names]
+        now = self.weights()
+        if weights is not None and weights != now:
+            print(
+                f"note: the data mixture changed since checkpoint step {restored.step} (weights "
+                f"{weights} then, {now} now): tokens/<source> go on from the counts so far, the "
+                "steps from here on drawn with the new weights.",
+                file=stream,
+            )
+
+    def weights(self) -> dict[str, float]:
+        """The mixture's weights by source name, as the config gives them."""
+        assert self.mix is not None
+        return {
+            n: round(float(w), 6) for n, w in zip(self.mix.names, self.mix.weights, strict=True)
+        }
+
+    def record(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the mixture: the counts so far and the weights."""
+        if self.mix is None:
+            return {}
+        counts = {n: int(c) for n, c in zip(self.mix.names, self.tokens, strict=True)}
+        return {"tokens": counts, "weights": self.weights()}
 
     def _counts(self, step: int) -> np.ndarray:
         assert self.mix is not None

@@ -28,6 +28,7 @@ from .._model.flops import flops_per_token
 from .._model.gpt import compute_dtype
 from .._model.lora import lora_summary, trainable_count
 from .._runs.checkpoint import CapturedLogs, Checkpointer
+from .._runs.resolve import store_digests
 from .._runs.run import Run
 from .hooks import Hooks
 from .metrics_csv import write_metrics_csv
@@ -40,12 +41,12 @@ from .source_metrics import SourceMetrics
 from .step import to_items
 
 
-def _meta(cfg: Config, step: int, dataset: Dataset) -> dict[str, Any]:
-    # The data position is the step: batches are a pure function of (train.seed, step).
-    return {
-        "step": step,
-        "data": {"seed": cfg.train.seed, "next_step": step, "source": dataset.source},
-    }
+def _meta(cfg: Config, step: int, dataset: Dataset, extra: dict[str, Any]) -> dict[str, Any]:
+    # The data position is the step: batches are a pure function of (train.seed, step). The
+    # stores' identities and a mixture's token counts come along: a resume checks the first and
+    # continues the second.
+    data = {"seed": cfg.train.seed, "next_step": step, "source": dataset.source}
+    return {"step": step, "data": data | extra}
 
 
 def _safe_copy(state: Any) -> Any:
@@ -65,15 +66,19 @@ class StepLoop:
         plan: TrainPlan,
         hooks: Hooks,
         ckpt: Checkpointer,
-        start: int,
+        restored: Any,
         stream: TextIO,
     ) -> None:
+        """``restored``: the state the loop starts from, its step and its checkpoint's metadata
+        (``loop.Restored``)."""
         cfg, t = run.config, run.config.train
         self.cfg, self.run_dir, self.mesh, self.dataset = cfg, run.folder, plan.mesh, run.data
-        self.ckpt, self.start, self.hooks = ckpt, start, hooks
-        self.stream = stream if is_primary() else io.StringIO()  # only process 0 reports
+        self.ckpt, self.start, self.hooks = ckpt, restored.step, hooks
+        self.stores = store_digests(cfg)  # recorded with each checkpoint
         self.step_fn = plan.preflight.compiled  # compiled by the pre-flight (plans.plan_step)
-        self.sources = SourceMetrics(cfg, run.data, self.start)  # a mixture's per-source metrics
+        self.stream = stream if is_primary() else io.StringIO()  # only process 0 reports
+        # A mixture's per-source metrics, their counts continued from the checkpoint's.
+        self.sources = SourceMetrics(cfg, run.data, restored, self.stream)
         self.logger = hooks.logger if is_primary() else None
         self.log_state = self.logger.init() if self.logger else None
         devices = list(self.mesh.devices.flat)
@@ -228,13 +233,16 @@ class StepLoop:
         # A save waits for the previous one; when that failed (a lost peer's barrier), orbax logs
         # the failure with its traceback before raising it: kept for the run's error log.
         held = len(self.orbax.records)  # reports of earlier saves, which this one waits for
-        items, meta = to_items(_safe_copy(state)), _meta(self.cfg, step, self.dataset)
+        meta = _meta(self.cfg, step, self.dataset, {"stores": self.stores, **self.sources.record()})
+        items = to_items(_safe_copy(state))
         # Orbax's writer threads allocate while the next steps run: in a kept heap their blocks
         # land in the free scratch buffer and split it, and the next step's scratch is then a new
         # one (a tiny run with 5 saves settled at 1.46 GB of heap instead of 0.81). Unkept (glibc's
         # defaults: scratch buffers mapped per step, free memory trimmed) until the save is done.
         keep_host_memory(False)
         self.ckpt.save(step, items, meta)  # on failure, _close_after keeps them for the error log
+        if self.logger:  # what the checkpoint covers, the metrics cover: nothing lost on kill -9
+            self.logger.flush(self.log_state)
         self.orbax.replay(held)  # those saves went well: their reports were only warnings
 
     def close(self) -> None:
