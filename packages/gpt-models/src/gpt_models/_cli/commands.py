@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
-import math
 import re
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._config.schema import Config, fit_warmup
 from .._config.toml import apply_overrides, dumps, load_config, parse_set
-from .._errors import DiskFullError, UsageError
+from .._errors import UsageError
 from .._runs.folders import check_run_folder, new_run_dir, run_config
 from .empty_values import refuse_empty
 from .run_args import EVAL_KEYS, SAMPLE_KEYS, chosen_run, read_run_config
@@ -25,12 +22,6 @@ from .train_flags import FLAG_EXAMPLES, check_train_flags, maybe_distributed, tr
 
 if TYPE_CHECKING:
     from .._compute.preflight import Plan
-    from .._runs.run import Run
-    from .._training.loop import RunResult
-    from .._training.plans import TrainPlan
-    from .._training.signals import TrainingInterrupted
-
-EXIT_DISK_FULL = 4  # the multi-process failures exit with 3 (startup.EXIT_PEERS)
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -69,75 +60,9 @@ def train_command(args: argparse.Namespace) -> int:
     plan = plan_run(run, profile=args.profile, stream=sys.stderr)
     if run.dry_run:
         return _dry_run(plan.preflight)
-    return _train(run, plan)
+    from .train import train_and_report
 
-
-def _train(run: Run, plan: TrainPlan) -> int:
-    from .._training.loop import run_training
-    from .._training.signals import TrainingInterrupted
-    from .train import training_hooks
-
-    hooks = training_hooks(run, plan, sample=True, stream=sys.stderr)
-    started = time.perf_counter()
-    try:
-        result = run_training(run, plan, hooks)
-    except TrainingInterrupted as stop:
-        print(_interrupted(stop, run.folder), file=sys.stderr)
-        return 128 + stop.signum
-    except DiskFullError as err:
-        logging.getLogger("absl").setLevel(logging.CRITICAL)  # orbax's writers winding down
-        print(f"gpt: error: {err}", file=sys.stderr)
-        return EXIT_DISK_FULL
-    except Exception as err:
-        from .._distributed.startup import exit_on_lost_peer, is_peer_failure
-        from .._runs.diskfull import disk_full_message
-
-        if (message := disk_full_message(err, run.folder)) is not None:
-            # Orbax's background writers may still log the same failure while they wind down;
-            # our message is the one that says what to do.
-            logging.getLogger("absl").setLevel(logging.CRITICAL)
-            print(f"gpt: error: {message}", file=sys.stderr)
-            return EXIT_DISK_FULL
-        if is_peer_failure(err):
-            exit_on_lost_peer(err, run.folder)
-        raise
-    print(_done(result, run.folder, (time.perf_counter() - started) / 60))
-    return 0
-
-
-def _interrupted(stop: TrainingInterrupted, run: Path) -> str:
-    if stop.skipped:  # after the last step: training is complete, its end was cut short
-        were = "was" if len(stop.skipped) == 1 else "were"
-        return (
-            f"\nStopped by signal {stop.signum} after the last step ({stop.step}); its "
-            f"checkpoint is saved, but {' and '.join(stop.skipped)} {were} not written. A "
-            f"sample: gpt sample --run {run}"
-        )
-    return (
-        f"\nStopped by signal {stop.signum} after step {stop.step}; checkpoint saved. Continue "
-        f"with:\n  gpt train --resume {run}"
-    )
-
-
-def _done(result: RunResult, run: Path, minutes: float) -> str:
-    mfu = "" if math.isnan(result.mfu) else f", MFU {100 * result.mfu:.1f}%"
-    done = (
-        f"Done in {minutes:.1f} min: step {result.step}, train loss {result.loss:.4f} "
-        f"nats/token, val loss {result.val_loss:.4f} {result.val_unit}, "
-        f"{result.tokens_per_s / 1e3:.1f}k tok/s{mfu}."
-    )
-    if result.resumed_from == result.step:  # resumed a complete run: no step was trained
-        done = (
-            f"Nothing to train: the run was at step {result.step} = train.steps already; its "
-            f"val loss {result.val_loss:.4f} {result.val_unit}, loss.png and sample.txt were "
-            f"written again. Train further with gpt train --resume {run} --set train.steps=N "
-            f"(N > {result.step})."
-        )
-    return (
-        f"\n{done}\nRun folder: {run} "
-        "(config.toml, checkpoints/, metrics/, metrics.csv, loss.png, sample.txt)\n\n--- sample "
-        f"---\n{result.sample}\n--------------"
-    )
+    return train_and_report(run, plan)
 
 
 def _dry_run(plan: Plan) -> int:

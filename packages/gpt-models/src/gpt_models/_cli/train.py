@@ -9,13 +9,17 @@ or sampling: they reach the loop as hooks from here.
 
 from __future__ import annotations
 
+import logging
+import math
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TextIO
 
 from .._compute.preflight import Plan
 from .._config.schema import Config
+from .._errors import DiskFullError
 from .._inference.evaluate import Evaluator
 from .._inference.sampling import end_of_run_sample
 from .._inference.tasks import TaskEvals
@@ -24,6 +28,9 @@ from .._training.hooks import Hooks
 from .._training.logging import make_logger
 from .._training.loop import RunResult, run_training
 from .._training.plans import TrainPlan, plan_run
+from .._training.signals import TrainingInterrupted
+
+EXIT_DISK_FULL = 4  # the multi-process failures exit with 3 (startup.EXIT_PEERS)
 
 
 def training_hooks(run: Run, plan: TrainPlan, *, sample: bool, stream: TextIO) -> Hooks:
@@ -130,3 +137,69 @@ def plan_training(
     folder = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp()) / "dry-run"
     run = resolve_run(folder, cfg, resume=resume, dry_run=True, stream=stream)
     return plan_run(run, profile=profile, stream=stream).preflight
+
+
+def train_and_report(run: Run, plan: TrainPlan) -> int:
+    """``gpt train`` of a resolved and planned run: train it with ``gpt train``'s hooks and say
+    how it ended (done, stopped by a signal, a full disk, a lost peer); the exit status."""
+    hooks = training_hooks(run, plan, sample=True, stream=sys.stderr)
+    started = time.perf_counter()
+    try:
+        result = run_training(run, plan, hooks)
+    except TrainingInterrupted as stop:
+        print(_interrupted(stop, run.folder), file=sys.stderr)
+        return 128 + stop.signum
+    except DiskFullError as err:
+        logging.getLogger("absl").setLevel(logging.CRITICAL)  # orbax's writers winding down
+        print(f"gpt: error: {err}", file=sys.stderr)
+        return EXIT_DISK_FULL
+    except Exception as err:
+        from .._distributed.startup import exit_on_lost_peer, is_peer_failure
+        from .._runs.diskfull import disk_full_message
+
+        if (message := disk_full_message(err, run.folder)) is not None:
+            # Orbax's background writers may still log the same failure while they wind down;
+            # our message is the one that says what to do.
+            logging.getLogger("absl").setLevel(logging.CRITICAL)
+            print(f"gpt: error: {message}", file=sys.stderr)
+            return EXIT_DISK_FULL
+        if is_peer_failure(err):
+            exit_on_lost_peer(err, run.folder)
+        raise
+    print(_done(result, run.folder, (time.perf_counter() - started) / 60))
+    return 0
+
+
+def _interrupted(stop: TrainingInterrupted, run: Path) -> str:
+    if stop.skipped:  # after the last step: training is complete, its end was cut short
+        were = "was" if len(stop.skipped) == 1 else "were"
+        return (
+            f"\nStopped by signal {stop.signum} after the last step ({stop.step}); its "
+            f"checkpoint is saved, but {' and '.join(stop.skipped)} {were} not written. A "
+            f"sample: gpt sample --run {run}"
+        )
+    return (
+        f"\nStopped by signal {stop.signum} after step {stop.step}; checkpoint saved. Continue "
+        f"with:\n  gpt train --resume {run}"
+    )
+
+
+def _done(result: RunResult, run: Path, minutes: float) -> str:
+    mfu = "" if math.isnan(result.mfu) else f", MFU {100 * result.mfu:.1f}%"
+    done = (
+        f"Done in {minutes:.1f} min: step {result.step}, train loss {result.loss:.4f} "
+        f"nats/token, val loss {result.val_loss:.4f} {result.val_unit}, "
+        f"{result.tokens_per_s / 1e3:.1f}k tok/s{mfu}."
+    )
+    if result.resumed_from == result.step:  # resumed a complete run: no step was trained
+        done = (
+            f"Nothing to train: the run was at step {result.step} = train.steps already; its "
+            f"val loss {result.val_loss:.4f} {result.val_unit}, loss.png and sample.txt were "
+            f"written again. Train further with gpt train --resume {run} --set train.steps=N "
+            f"(N > {result.step})."
+        )
+    return (
+        f"\n{done}\nRun folder: {run} "
+        "(config.toml, checkpoints/, metrics/, metrics.csv, loss.png, sample.txt)\n\n--- sample "
+        f"---\n{result.sample}\n--------------"
+    )

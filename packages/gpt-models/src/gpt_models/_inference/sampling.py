@@ -4,7 +4,7 @@ template (``gpt sample``, a finished run's ``sample.txt``)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import jax
 import numpy as np
@@ -17,6 +17,17 @@ from .._data.run_tokenizer import decode_lenient
 from .._distributed.mesh import on_one_device
 from .._errors import DataError
 from .._model.generate import generate
+
+
+class Settings(NamedTuple):
+    """:class:`Sampling` with every setting given (``None`` top-k/top-p: no cut)."""
+
+    prompt: str
+    max_new_tokens: int
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    seed: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,9 +44,9 @@ class Sampling:
     top_p: float | None = None
     seed: int = 0
 
-    def resolved(self, s: SampleConfig) -> Sampling:
+    def resolved(self, s: SampleConfig) -> Settings:
         """Every setting given: the ``None`` ones from ``s`` (no cut as ``None`` top-k/top-p)."""
-        return Sampling(
+        return Settings(
             prompt=s.prompt if self.prompt is None else self.prompt,
             max_new_tokens=s.max_new_tokens if self.max_new_tokens is None else self.max_new_tokens,
             temperature=s.temperature if self.temperature is None else self.temperature,

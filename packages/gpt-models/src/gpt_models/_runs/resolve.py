@@ -18,6 +18,7 @@ import dataclasses
 import io
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from .._config.schema import BUILTIN_TOKENIZERS, Config, DataConfig
 from .._config.sources import DataSource
@@ -138,22 +139,30 @@ def check_resume_model(run: Path, saved_cfg: Config, cfg: Config) -> None:
             )
 
 
-def resolve_config(
-    cfg: Config, folder: Path, *, resume: bool, say: Say
-) -> tuple[Config, Tokenizer]:
-    """The config a run trains and records, and its tokenizer: absolute paths and ``data.kind``
-    (:func:`resolve_paths`), the tokenizer (read, or trained for ``bpe``; the run folder's own
-    when resuming) and ``model.vocab_size`` following it (a model
-    started from other weights keeps their vocabulary). Notes go to ``say``; nothing is written.
+class Resolved(NamedTuple):
+    """A resolved config, its tokenizer, and the identity of the token stores it reads."""
+
+    config: Config
+    tokenizer: Tokenizer
+    stores: dict[str, str]
+
+
+def resolve_config(cfg: Config, folder: Path, *, resume: bool, say: Say) -> Resolved:
+    """The config a run trains and records, its tokenizer and its stores' identities: absolute
+    paths and ``data.kind`` (:func:`resolve_paths`), every token store's manifest digest
+    (:func:`store_digests`), the tokenizer (read, or trained for ``bpe``; the run folder's own when
+    resuming) and ``model.vocab_size`` following it (a model started from other weights keeps
+    their vocabulary). Notes go to ``say``; nothing is written.
     """
     cfg = resolve_paths(cfg)
+    stores = store_digests(cfg)
     said = io.StringIO()
     tokenizer, resolved = prepare_tokenizer(cfg, folder, resume=resume, stream=said)
     if cfg.init.source:
-        return cfg, tokenizer
+        return Resolved(cfg, tokenizer, stores)
     for line in said.getvalue().splitlines():
         say(line)
-    return resolved, tokenizer
+    return Resolved(resolved, tokenizer, stores)
 
 
 def store_digests(cfg: Config) -> dict[str, str]:
@@ -168,12 +177,13 @@ def store_digests(cfg: Config) -> dict[str, str]:
     }
 
 
-def check_same_stores(cfg: Config, recorded: dict[str, str] | None, run: Path, step: int) -> None:
-    """Refuse to resume ``run`` on token stores other than the ones its checkpoint ``step``
-    recorded (``None``: a checkpoint written before checkpoints recorded them)."""
+def check_same_stores(
+    now: dict[str, str], recorded: dict[str, str] | None, run: Path, step: int
+) -> None:
+    """Refuse to resume ``run`` on token stores (``now``: :func:`store_digests`) other than the
+    ones its checkpoint ``step`` recorded (``None``: a checkpoint from before they were)."""
     if recorded is None:
         return
-    now = store_digests(cfg)
     for where, digest in recorded.items():
         if now.get(where, digest) != digest:
             raise DataError(

@@ -48,6 +48,8 @@ class Run:
         chat: the chat format the run trains with (its chat store's, or a chat model's it starts
             from); None for plain data.
         launch: the step the launch trains from and what to say of the run's records.
+        stores: the identity of every token store it reads (its manifest's SHA-256), by where
+            the config names it; each checkpoint records them, and a resume checks them.
         resume: whether the launch continues the run from its newest checkpoint.
         dry_run: whether the command only plans the run (``--dry-run``): nothing is written.
     """
@@ -59,6 +61,7 @@ class Run:
     init: InitSource | None
     chat: ChatFormat | None
     launch: Launch
+    stores: dict[str, str] = dataclasses.field(default_factory=dict)
     resume: bool = False
     dry_run: bool = False
 
@@ -123,7 +126,7 @@ def resolve_run(
     elif auto_resume:
         say(f"--auto-resume: {folder} has no checkpoint yet; starting the run.")
     launch = check_launch(cfg, folder, resume=resume)  # before minutes of tokenizing or compiling
-    cfg, tokenizer = resolve_config(cfg, folder, resume=resume, say=say)
+    cfg, tokenizer, stores = resolve_config(cfg, folder, resume=resume, say=say)
     if source is None and cfg.init.source:
         source = _source_of(cfg, resume=resume)
     if source is not None and not resume:
@@ -138,7 +141,7 @@ def resolve_run(
             f"{cfg.data.path} keeps the split gpt prepare made (its --val-fraction)."
         )
     chat = training_chat_format(cfg, folder, source, say)
-    return Run(cfg, folder, tokenizer, data, source, chat, launch, resume, dry_run)
+    return Run(cfg, folder, tokenizer, data, source, chat, launch, stores, resume, dry_run)
 
 
 def _has_checkpoints(folder: Path) -> bool:

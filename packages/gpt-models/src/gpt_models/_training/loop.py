@@ -90,15 +90,31 @@ def run_training(
     """
     stream = stream or sys.stderr
     check_fits(plan.preflight)
-    created = is_primary() and not run.folder.exists()
+    folder = run.folder
+    created = is_primary() and not folder.exists()
+    at: dict[str, Any] = {}  # the loop's step and clean-up log lines, for the run's error log
     try:
-        return _train_in(run, plan, hooks, stream)
+        if is_primary():
+            folder.mkdir(parents=True, exist_ok=True)
+        # Held until training ends, and taken before looking for checkpoints, so that of two
+        # launches into one run folder only one gets past this line (process 0 writes for all).
+        with run_lock(folder, stream=stream) if is_primary() else contextlib.nullcontext():
+            ckpt = Checkpointer(folder / "checkpoints", keep=run.config.train.keep_checkpoints)
+            try:
+                return _run_steps(run, plan, hooks, ckpt, at, stream)
+            except BaseException as err:
+                failure = _reported(err, plan.preflight, folder, at)
+                if failure is err:
+                    raise
+                raise failure from err
+            finally:
+                ckpt.close()
     except (UsageError, ConfigError, KeyboardInterrupt) as err:
         # A launch refused (an init source whose weights turn out unreadable) or interrupted
         # (Ctrl-C) before its first step leaves no folder it made; an out-of-memory keeps its
         # error log.
-        if created and not isinstance(err, OutOfMemoryError) and not _trained(run.folder):
-            shutil.rmtree(run.folder, ignore_errors=True)
+        if created and not isinstance(err, OutOfMemoryError) and not _trained(folder):
+            shutil.rmtree(folder, ignore_errors=True)
         raise
 
 
@@ -106,32 +122,17 @@ def _trained(run: Path) -> bool:
     return (run / "config.toml").exists() or bool(committed_steps(run / "checkpoints"))
 
 
-def _train_in(run: Run, plan: TrainPlan, hooks: Hooks, stream: TextIO) -> RunResult:
-    folder = run.folder
-    if is_primary():
-        folder.mkdir(parents=True, exist_ok=True)
-    # Held until training ends, and taken before looking for checkpoints, so that of two launches
-    # into one run folder only one gets past this line (process 0 writes the folder for all).
-    with run_lock(folder, stream=stream) if is_primary() else contextlib.nullcontext():
-        ckpt = Checkpointer(folder / "checkpoints", keep=run.config.train.keep_checkpoints)
-        at: dict[str, Any] = {}  # the loop's step and clean-up log lines, for the run's error log
-        try:
-            return _run_steps(run, plan, hooks, ckpt, at, stream)
-        except BaseException as err:
-            typed = (
-                _typed_error(err, plan.preflight, folder) if isinstance(err, Exception) else None
-            )
-            if typed is not None:
-                typed.__cause__ = err
-            refused = isinstance(err, (UsageError, ConfigError)) and at.get("step") is None
-            if is_primary() and not (refused and not isinstance(err, OutOfMemoryError)):
-                # A refused launch (e.g. into a run that holds checkpoints) leaves the run as it was.
-                _log_failure(folder, at.get("step"), typed or err, at.get("clean-up", []))
-            if typed is None:
-                raise
-            raise typed from err
-        finally:
-            ckpt.close()
+def _reported(err: BaseException, plan: Plan, folder: Path, at: dict[str, Any]) -> BaseException:
+    """What a failed launch raises (the public error for a full disk or an out-of-memory, else
+    ``err`` itself), after logging it in the run's error log unless it was a refused launch."""
+    typed = _typed_error(err, plan, folder) if isinstance(err, Exception) else None
+    if typed is not None:
+        typed.__cause__ = err
+    refused = isinstance(err, (UsageError, ConfigError)) and at.get("step") is None
+    if is_primary() and not (refused and not isinstance(err, OutOfMemoryError)):
+        # A refused launch (e.g. into a run that holds checkpoints) leaves the run as it was.
+        _log_failure(folder, at.get("step"), typed or err, at.get("clean-up", []))
+    return typed or err
 
 
 def _typed_error(err: Exception, plan: Plan, run: Path) -> Exception | None:
@@ -145,15 +146,6 @@ def _typed_error(err: Exception, plan: Plan, run: Path) -> Exception | None:
     if is_out_of_memory(err):
         return OutOfMemoryError(out_of_memory_message(err, plan))
     return None
-
-
-def _log_failure(run: Path, step: int | None, err: BaseException, lines: list[str]) -> None:
-    # A diverged, interrupted or refused run says everything in its message; a crash (or a full
-    # disk, an out-of-memory) keeps its traceback chain in the log for whoever debugs it, with
-    # what orbax logged while stopping.
-    told = (UsageError, TrainingDivergedError, TrainingInterrupted, KeyboardInterrupt)
-    chain = not isinstance(err, told) or isinstance(err, OutOfMemoryError)
-    log_failure(run, step, err, chain=chain, lines=lines if chain else [])
 
 
 def _log_failure(run: Path, step: int | None, err: BaseException, lines: list[str]) -> None:
@@ -190,14 +182,14 @@ def _restore_or_init(run: Run, plan: TrainPlan, ckpt: Checkpointer, stream: Text
         return Restored(init_state(cfg, plan.optimizer, plan.mesh), 0, {})
     items, meta, step = ckpt.restore(to_items(plan.abstract))
     if step > cfg.train.steps:  # before config.toml is rewritten with the smaller count
-        run = ckpt.directory.parent
+        folder = ckpt.directory.parent
         raise UsageError(
-            f"{run} is at step {step} (its newest checkpoint), past train.steps = "
+            f"{folder} is at step {step} (its newest checkpoint), past train.steps = "
             f"{cfg.train.steps}; a resumed run cannot go back. Train further with gpt train "
-            f"--resume {run} --set train.steps=N (N > {step}), or read the run as it is with "
-            f"gpt sample/eval --run {run}."
+            f"--resume {folder} --set train.steps=N (N > {step}), or read the run as it is with "
+            f"gpt sample/eval --run {folder}."
         )
-    check_same_stores(cfg, meta.get("data", {}).get("stores"), run.folder, step)
+    check_same_stores(run.stores, meta.get("data", {}).get("stores"), run.folder, step)
     state = from_items(items)
     if gone := ckpt.discard_damaged(step):
         print(

@@ -39,12 +39,12 @@ from .._compute.preflight import (
 )
 from .._config.schema import Config
 from .._distributed.mesh import check_batch_fits, make_mesh
+from .._errors import UsageError
 from .._model.attention import check_attention
 from .._model.flops import flops_per_token
 from .._model.lora import lora_summary
 from .._runs.run import Run
 from .logging import check_tensorboard, check_wandb
-from .profiling import check_profile_range
 from .step import TrainState, compile_train_step, make_optimizer, sharded_state
 
 # The train step's temporaries that do not shrink with the micro-batch, at most: x the parameters'
@@ -94,6 +94,30 @@ def plan_run(
     return TrainPlan(mesh, optimizer, abstract, preflight, profile)
 
 
+def check_profile_range(profile: tuple[int, int] | None, steps: int, *, start: int = 0) -> None:
+    """Refuse a ``--profile START:STOP`` that cannot be traced in a run of ``steps`` steps that
+    trains from step ``start`` (a resumed run's newest checkpoint; 0 for a new run)."""
+    if profile is None:
+        return
+    first, stop = profile
+    if not (isinstance(first, int) and isinstance(stop, int) and 0 <= first < stop <= steps):
+        raise UsageError(
+            f"--profile {first}:{stop} is not a range of this run's steps: expected "
+            f"START:STOP with 0 <= START < STOP <= train.steps ({steps}); it traces the steps "
+            f"after START have finished up to STOP. Example: --profile {min(2, steps - 1)}:"
+            f"{min(5, steps)} (three steps, after the first has compiled)."
+        )
+    if first < start:
+        room = start + 1 < steps
+        example = f"--profile {start + 1}:{min(start + 4, steps) if room else start + 4}"
+        raise UsageError(
+            f"--profile {first}:{stop}: this run resumes at step {start} (its newest checkpoint), "
+            f"so steps before it are not trained again and cannot be traced. Pick a range from "
+            f"step {start} on, e.g. {example}"
+            + ("." if room else f" with --set train.steps={start + 4}.")
+        )
+
+
 def plan_step(
     cfg: Config,
     optimizer: optax.GradientTransformation,
@@ -104,6 +128,7 @@ def plan_step(
     """Compile the train step of ``cfg`` ahead of time and measure it against the devices."""
     devices = list(mesh.devices.flat)
     t, m = cfg.train, cfg.model
+    flops = flops_per_token(cfg)
     jitted = compile_train_step(cfg, optimizer, mesh, abstract)
     batch = abstract_batch(cfg, mesh)
     what = f"the train step ({len(devices)} {jax.default_backend()} device(s))"
@@ -130,7 +155,7 @@ def plan_step(
         f"available        {size(budget.per_device)} per device ({budget.source})",
         f"tokens per step  {t.batch_size * m.seq_len:,} (batch {t.batch_size} x seq_len "
         f"{m.seq_len}; {t.grad_accum} micro-batch(es) of {t.batch_size // t.grad_accum})",
-        f"FLOPs per token  {flops_per_token(cfg):.3g} (training, forward and backward"
+        f"FLOPs per token  {flops:.3g} (training, forward and backward"
         + ("; LoRA: frozen weights get no weight gradient)" if cfg.lora.enabled else ")"),
     ]
     micro = t.batch_size // t.grad_accum

@@ -16,8 +16,6 @@ from typing import Any, TextIO
 
 import jax
 
-from .._errors import UsageError
-
 PARTS = ("compute", "data", "log")
 
 
@@ -42,30 +40,6 @@ class StepTimes:
         if not total:
             return ""
         return " ".join(f"{p} {100 * s / total:.0f}%" for p, s in self.seconds.items())
-
-
-def check_profile_range(profile: tuple[int, int] | None, steps: int, *, start: int = 0) -> None:
-    """Refuse a ``--profile START:STOP`` that cannot be traced in a run of ``steps`` steps that
-    trains from step ``start`` (a resumed run's newest checkpoint; 0 for a new run)."""
-    if profile is None:
-        return
-    first, stop = profile
-    if not (isinstance(first, int) and isinstance(stop, int) and 0 <= first < stop <= steps):
-        raise UsageError(
-            f"--profile {first}:{stop} is not a range of this run's steps: expected "
-            f"START:STOP with 0 <= START < STOP <= train.steps ({steps}); it traces the steps "
-            f"after START have finished up to STOP. Example: --profile {min(2, steps - 1)}:"
-            f"{min(5, steps)} (three steps, after the first has compiled)."
-        )
-    if first < start:
-        room = start + 1 < steps
-        example = f"--profile {start + 1}:{min(start + 4, steps) if room else start + 4}"
-        raise UsageError(
-            f"--profile {first}:{stop}: this run resumes at step {start} (its newest checkpoint), "
-            f"so steps before it are not trained again and cannot be traced. Pick a range from "
-            f"step {start} on, e.g. {example}"
-            + ("." if room else f" with --set train.steps={start + 4}.")
-        )
 
 
 class StepProfiler:

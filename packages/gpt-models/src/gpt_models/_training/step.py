@@ -388,13 +388,12 @@ def compile_train_step(
         >>> int(state.step), "loss" in logs
         (1, True)
     """
-    fn = functools.partial(
-        train_step, cfg=cfg, optimizer=optimizer, constrain=activation_constraint(mesh)
-    )
     shardings = state_shardings(abstract)
+    constrain, batch = activation_constraint(mesh), batch_sharding(mesh, MICRO_BATCH_AXES)
+    fn = functools.partial(train_step, cfg=cfg, optimizer=optimizer, constrain=constrain)
     return jax.jit(
         lox.spool(fn),
-        in_shardings=(shardings, batch_sharding(mesh, MICRO_BATCH_AXES)),
+        in_shardings=(shardings, batch),
         out_shardings=(shardings, replicated(mesh)),
         donate_argnums=0,
         compiler_options=compiler_options(mesh),

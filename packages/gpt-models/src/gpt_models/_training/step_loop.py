@@ -28,7 +28,6 @@ from .._model.flops import flops_per_token
 from .._model.gpt import compute_dtype
 from .._model.lora import lora_summary, trainable_count
 from .._runs.checkpoint import CapturedLogs, Checkpointer
-from .._runs.resolve import store_digests
 from .._runs.run import Run
 from .hooks import Hooks
 from .metrics_csv import write_metrics_csv
@@ -74,7 +73,7 @@ class StepLoop:
         cfg, t = run.config, run.config.train
         self.cfg, self.run_dir, self.mesh, self.dataset = cfg, run.folder, plan.mesh, run.data
         self.ckpt, self.start, self.hooks = ckpt, restored.step, hooks
-        self.stores = store_digests(cfg)  # recorded with each checkpoint
+        self.stores = run.stores  # recorded with each checkpoint
         self.step_fn = plan.preflight.compiled  # compiled by the pre-flight (plans.plan_step)
         self.stream = stream if is_primary() else io.StringIO()  # only process 0 reports
         # A mixture's per-source metrics, their counts continued from the checkpoint's.
