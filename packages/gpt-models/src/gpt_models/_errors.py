@@ -1,4 +1,5 @@
-"""Error classes: every user-facing failure is one of these, so the CLI can print it without a traceback."""
+"""Error classes: every user-facing failure is one of these, so the CLI can print it without a
+traceback."""
 
 from __future__ import annotations
 

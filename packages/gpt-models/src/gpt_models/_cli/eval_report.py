@@ -1,4 +1,5 @@
-"""``gpt eval --text`` / ``--task``: score files with a run's newest checkpoint and print the results.
+"""``gpt eval --text`` / ``--task``: score files with a run's newest checkpoint and print the
+results.
 
 Each task's result is saved in the run as ``evals/<task>-<key>-<step>.json``, keyed by the task
 file's path (``save_task_score``), so two task files of one name are both kept.
@@ -43,9 +44,15 @@ def eval_files(args: argparse.Namespace, run: str, config: Config | None) -> int
             docs += ids or [encode_file(tok, f) for f in files]
             names += found or [str(f) for f in files]
         s = score_documents(
-            params, cfg, docs, tokenizer=tok, stride=args.stride, batch_size=args.batch_size,
-            stream=sys.stderr, names=names,
-        )  # fmt: skip
+            params,
+            cfg,
+            docs,
+            tokenizer=tok,
+            stride=args.stride,
+            batch_size=args.batch_size,
+            stream=sys.stderr,
+            names=names,
+        )
         nats_per_byte = s.bits_per_byte * math.log(2)
         print(
             f"text: {', '.join(names) if len(names) <= 3 else f'{len(names)} files'}: "
@@ -73,8 +80,10 @@ def _task_names(given: list[str], scores: list[TaskScore]) -> list[str]:
 def run_preflight(args: argparse.Namespace, plan: Plan) -> bool:
     """Print the plan for ``--dry-run``; refuse a program that cannot fit. True: stop here."""
     if args.dry_run:
-        print(f"Plan of gpt {args.command} (dry run: no checkpoint read, nothing written):\n"
-              f"{plan.describe()}")  # fmt: skip
+        print(
+            f"Plan of gpt {args.command} (dry run: no checkpoint read, nothing written):\n"
+            f"{plan.describe()}"
+        )
     check_fits(plan)  # OutOfMemoryError: exit 2 with the knob's value that fits
     if args.dry_run:
         print("It fits: the same command without --dry-run runs it.")
@@ -84,8 +93,9 @@ def run_preflight(args: argparse.Namespace, plan: Plan) -> bool:
 def _val_ids(cfg: Config, tok: Tokenizer) -> tuple[list[np.ndarray], list[str]]:
     """The token ids of the run's validation split, as its training read them, and their name;
     a mixture's sources each give theirs (scored as separate documents)."""
-    data = load_dataset(cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size,
-                        tokenizer=tok)  # fmt: skip
+    data = load_dataset(
+        cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size, tokenizer=tok
+    )
     if data.bytes_per_token is None:
         raise DataError(
             f"gpt eval --text {VAL_TEXT}: the run's data ({data.source}) is .bin token ids "

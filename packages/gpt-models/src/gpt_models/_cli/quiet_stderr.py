@@ -67,7 +67,8 @@ class QuietStderr:
 
 class _NeverRetrieved(logging.Filter):
     # asyncio's "Task exception was never retrieved" for orbax's writers of a failed save, logged
-    # when the tasks are collected (at exit, after gpt's message); the run's error log has the error.
+    # when the tasks are collected (at exit, after gpt's message); the run's error log has the
+    # error.
     # The same for a bare Future that tensorstore failed (no orbax frame in its traceback: told
     # apart by the checkpoint's temporary folder in the error).
     def filter(self, record: logging.LogRecord) -> bool:

@@ -21,7 +21,8 @@ EVAL_KEYS = ("data.", "train.eval_batches")
 
 
 def chosen_run(args: argparse.Namespace) -> str:
-    """The run folder of ``gpt sample`` / ``gpt eval``: ``--run RUN`` or the older positional form."""
+    """The run folder of ``gpt sample`` / ``gpt eval``: ``--run RUN`` or the older positional
+    form."""
     if args.run and args.run_dir and Path(args.run) != Path(args.run_dir):
         raise UsageError(
             f"gpt {args.command} got two run folders, --run {args.run} and {args.run_dir}. "

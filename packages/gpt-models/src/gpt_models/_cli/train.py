@@ -63,7 +63,8 @@ def train(
     write_sample: bool = True,
     profile: tuple[int, int] | None = None,
 ) -> RunResult:
-    """Train ``cfg`` in ``run_dir`` (created; or continued from its last checkpoint with ``resume``).
+    """Train ``cfg`` in ``run_dir`` (created; or continued from its last checkpoint with
+    ``resume``).
 
     Every check that can fail on the config, data, mesh or wandb runs before ``run_dir`` is created.
     A ``train.warmup_steps`` that does not fit in ``train.steps`` is cut to 10% of the run, with a
@@ -79,7 +80,8 @@ def train(
             (0-based) into ``run_dir/profile`` (``gpt train --profile START:STOP``).
 
     Raises:
-        ConfigError, DataError: bad config, data, mesh or a missing wandb (the CLI exits with status 2).
+        ConfigError, DataError: bad config, data, mesh or a missing wandb (the CLI exits with
+        status 2).
         UsageError: ``run_dir`` already holds checkpoints and ``resume`` is false, or ``profile``
             is not a range of the run's steps.
         TrainingDivergedError: the loss became NaN/inf; the last good checkpoint is kept.
@@ -91,7 +93,9 @@ def train(
         >>> tiny = PRESETS["tiny"]
         >>> cfg = dataclasses.replace(
         ...     tiny,
-        ...     model=dataclasses.replace(tiny.model, seq_len=32, d_model=32, n_layers=1, n_heads=2),
+        ...     model=dataclasses.replace(
+        ...         tiny.model, seq_len=32, d_model=32, n_layers=1, n_heads=2
+        ...     ),
         ...     train=dataclasses.replace(tiny.train, steps=2, batch_size=8, warmup_steps=1,
         ...                               eval_batches=1),
         ...     sample=dataclasses.replace(tiny.sample, max_new_tokens=4),

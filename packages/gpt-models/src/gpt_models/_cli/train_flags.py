@@ -116,9 +116,12 @@ def maybe_distributed(args: argparse.Namespace) -> None:
 
         try:
             startup.start(
-                args.coordinator, args.num_processes, args.process_id,
-                init_timeout=args.init_timeout, heartbeat_timeout=math.ceil(args.heartbeat_timeout),
-            )  # fmt: skip
+                args.coordinator,
+                args.num_processes,
+                args.process_id,
+                init_timeout=args.init_timeout,
+                heartbeat_timeout=math.ceil(args.heartbeat_timeout),
+            )
         except ValueError as err:  # paramspec.initialize_distributed's checks of the arguments
             raise UsageError(
                 f"gpt train --coordinator/--num-processes/--process-id: {err}"

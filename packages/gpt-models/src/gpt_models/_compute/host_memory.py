@@ -119,11 +119,13 @@ def tune_host_allocator() -> bool:
 
 
 def keep_host_memory(keep: bool = True) -> bool:
-    """Keep freed memory in the process from now on (step 2 of 2, after :func:`tune_host_allocator`).
+    """Keep freed memory in the process from now on (step 2 of 2, after
+    :func:`tune_host_allocator`).
 
     Call once the train step is compiled (after its first call): the compiler's garbage is first
     handed back to the system (``malloc_trim``), then glibc serves large blocks from the heap and
-    never trims it, so each step's scratch buffer is the previous step's. ``keep_host_memory(False)``
+    never trims it, so each step's scratch buffer is the previous step's.
+    ``keep_host_memory(False)``
     undoes it (glibc's defaults again) and hands the free memory back (``malloc_trim``, also when
     nothing was kept), so what runs outside the train steps (evaluations, sampling) does not add
     its own scratch to a heap that is never given back; ``gpt train`` calls it before the first
@@ -155,9 +157,19 @@ def keep_host_memory(keep: bool = True) -> bool:
 class _MallInfo2(ctypes.Structure):
     _fields_: ClassVar = [
         (name, ctypes.c_size_t)
-        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-                     "uordblks", "fordblks", "keepcost")
-    ]  # fmt: skip
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 @functools.cache

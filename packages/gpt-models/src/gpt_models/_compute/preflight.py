@@ -44,8 +44,18 @@ from .._errors import ConfigError, OutOfMemoryError
 from .._runs.diskfull import error_chain
 
 BUDGET_ENV = "GPT_MEMORY_BUDGET"
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 # Of the memory the devices report free, the share a plan may take: the rest is room for what the
 # estimate leaves out (the evaluation step, the host's other processes growing meanwhile). A plan
@@ -194,8 +204,11 @@ def memory_budget(devices: list[Any]) -> Budget:
         if free is None:
             return Budget(None, "host RAM unknown: no /proc/meminfo")
         mine = [d for d in devices if d.process_index == jax.process_index()]
-        return Budget(int(free * _HEADROOM) // max(len(mine), 1), f"{_HEADROOM:.0%} of the "
-                      f"{size(free)} host RAM available, shared by {len(mine)} CPU device(s)")  # fmt: skip
+        return Budget(
+            int(free * _HEADROOM) // max(len(mine), 1),
+            f"{_HEADROOM:.0%} of the "
+            f"{size(free)} host RAM available, shared by {len(mine)} CPU device(s)",
+        )
     spare: list[int] = []
     for d in devices:
         stats = d.memory_stats() if d.process_index == jax.process_index() else None
@@ -203,8 +216,9 @@ def memory_budget(devices: list[Any]) -> Budget:
             spare.append(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
     if not spare:
         return Budget(None, "the devices report no memory_stats()")
-    return Budget(int(min(spare) * _HEADROOM), f"{_HEADROOM:.0%} of the device memory free "
-                  "(memory_stats)")  # fmt: skip
+    return Budget(
+        int(min(spare) * _HEADROOM), f"{_HEADROOM:.0%} of the device memory free (memory_stats)"
+    )
 
 
 def _mem_available() -> int | None:
@@ -259,7 +273,8 @@ def memory_text(mem: StepMemory | None) -> str:
 
 
 def check_fits(plan: Plan) -> None:
-    """Raise :class:`OutOfMemoryError` with the knob's value that fits, when ``plan`` does not fit."""
+    """Raise :class:`OutOfMemoryError` with the knob's value that fits, when ``plan`` does not
+    fit."""
     if plan.fits:
         return
     raise OutOfMemoryError(refusal(plan))
@@ -381,8 +396,12 @@ def packed_data(cfg: Config) -> bool:
     return path is not None and is_store(path) and bool(read_manifest(path).get("loss_mask"))
 
 
-def abstract_batch(cfg: Config, mesh: Mesh, shape: tuple[int, ...] | None = None,
-                   axes: tuple[str | None, ...] = MICRO_BATCH_AXES) -> Any:  # fmt: skip
+def abstract_batch(
+    cfg: Config,
+    mesh: Mesh,
+    shape: tuple[int, ...] | None = None,
+    axes: tuple[str | None, ...] = MICRO_BATCH_AXES,
+) -> Any:
     """The train step's batch ``(grad_accum, micro_batch, seq_len + 1)`` without its values.
 
     ``shape`` and ``axes`` another batch's (the eval step's ``(rows, seq_len + 1)``). For packed

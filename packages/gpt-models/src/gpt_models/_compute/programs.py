@@ -1,4 +1,5 @@
-"""The plan of a program that runs on one device and is sized by one knob (``gpt sample``'s ``--max-new-tokens``, ``gpt eval``'s
+"""The plan of a program that runs on one device and is sized by one knob (``gpt sample``'s
+``--max-new-tokens``, ``gpt eval``'s
 ``--batch-size``), each knob value compiled and measured, a line through the two ends picking the
 one to compile. The programs themselves are the training's (``_training/plans.py``) and the
 inference's (``_inference/plans.py``).

@@ -1,4 +1,5 @@
-"""Configs: the dataclasses and their checks (``schema.py``), the presets (``presets.py``), a data mixture's sources (``sources.py``),
+"""Configs: the dataclasses and their checks (``schema.py``), the presets (``presets.py``), a data
+mixture's sources (``sources.py``),
 the ``[lora]`` section (``lora.py``),
 TOML files and ``--set`` overrides (``toml.py``).
 

@@ -1,5 +1,6 @@
 """Text to token ids: the byte and BPE tokenizers (``byte_tokenizer.py``, ``bpe.py``), corpora and
-batches (``corpus.py``), a data mixture's sampler (``mixture.py``), nanoGPT ``.bin`` files and their sidecars (``token_files.py``), and the
+batches (``corpus.py``), a data mixture's sampler (``mixture.py``), nanoGPT ``.bin`` files and
+their sidecars (``token_files.py``), and the
 tokenizer a run folder uses (``run_tokenizer.py``); ``gpt prepare``: documents read from text,
 JSONL and parquet files (``sources.py``, in chunks: ``chunks.py``; chat and completion lines:
 ``examples.py``) tokenized resumably (``prepare.py``; its tokenizer: ``encoder.py``; chat templates:

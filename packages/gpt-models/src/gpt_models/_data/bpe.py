@@ -1,4 +1,5 @@
-"""Subword tokenizers stored as JSON (never pickle): trained locally, or a Hugging Face tokenizer.json.
+"""Subword tokenizers stored as JSON (never pickle): trained locally, or a Hugging Face
+tokenizer.json.
 
 It wraps the `tokenizers` package (Hugging Face's Rust tokenizers; nothing is downloaded). A
 tokenizer trained here learns its merges from the training text and is byte-level: the 256 byte
@@ -20,7 +21,8 @@ from .._errors import DataError
 
 # The smallest vocabulary: the 256 byte values; uint16 .bin files cap the largest.
 MIN_VOCAB, MAX_VOCAB = 257, 65536
-# Tokens that end a document, looked up in this order (GPT-2, Llama 3, Llama 2 / SentencePiece, Gemma);
+# Tokens that end a document, looked up in this order (GPT-2, Llama 3, Llama 2 / SentencePiece,
+# Gemma);
 # a tokenizer with none of them gets the first as one more id.
 END_OF_TEXT = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>")
 
@@ -116,7 +118,8 @@ class BPETokenizer:
         """
         if not MIN_VOCAB <= vocab_size <= MAX_VOCAB:
             raise ValueError(
-                f"BPETokenizer.train got vocab_size={vocab_size}, expected {MIN_VOCAB}..{MAX_VOCAB} "
+                f"BPETokenizer.train got vocab_size={vocab_size}, expected "
+                f"{MIN_VOCAB}..{MAX_VOCAB} "
                 "(the 256 bytes plus at least one merge; at most what a uint16 .bin file can hold)."
             )
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

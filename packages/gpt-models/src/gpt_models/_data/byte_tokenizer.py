@@ -1,4 +1,5 @@
-"""Byte-level tokenizer: token ids are UTF-8 bytes, so any text round-trips and nothing is downloaded."""
+"""Byte-level tokenizer: token ids are UTF-8 bytes, so any text round-trips and nothing is
+downloaded."""
 
 from __future__ import annotations
 
@@ -37,13 +38,16 @@ class ByteTokenizer:
         if arr.size and (arr.min() < 0 or arr.max() > 255):
             bad = int(arr.max() if arr.max() > 255 else arr.min())
             raise ValueError(
-                f"ByteTokenizer.decode got token id {bad}, expected ids in 0..255. The ids probably "
-                "come from a model with model.vocab_size > 256 (a .bin dataset with its own tokenizer)."
+                f"ByteTokenizer.decode got token id {bad}, expected ids in 0..255. The ids "
+                f"probably "
+                "come from a model with model.vocab_size > 256 (a .bin dataset with its own "
+                "tokenizer)."
             )
         return arr.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
 
     def to_json(self) -> str:
-        """This tokenizer as a `tokenizers` JSON file (what ``gpt export`` writes as tokenizer.json).
+        """This tokenizer as a `tokenizers` JSON file (what ``gpt export`` writes as
+        tokenizer.json).
 
         A byte-level BPE without merges: id ``b`` is byte ``b``, so transformers' tokenizer gives
         the ids this one does. Byte-level BPE spells each byte as one character (the printable

@@ -26,8 +26,15 @@ CONFIG = "tokenizer_config.json"
 # whitespace, so that a template's trim leaves it whole.
 CONTENT_MARK = "\x00\x01counted-content\x01\x00"
 JINJA_FILE = "chat_template.jinja"
-_SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
-            "mask_token")  # fmt: skip
+_SPECIAL = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,10 +55,15 @@ class ChatTemplate:
 
     def text(self, messages: list[dict[str, str]], *, add_generation_prompt: bool = False) -> str:
         """The template's text for ``messages``; raises whatever the template raises."""
-        return str(self.compiled.render(
-            messages=messages, tools=None, documents=None,
-            add_generation_prompt=add_generation_prompt, **self.variables,
-        ))  # fmt: skip
+        return str(
+            self.compiled.render(
+                messages=messages,
+                tools=None,
+                documents=None,
+                add_generation_prompt=add_generation_prompt,
+                **self.variables,
+            )
+        )
 
     def render(self, messages: list[dict[str, str]], where: str) -> str:
         """The text of ``messages`` (``add_generation_prompt`` false).
@@ -152,11 +164,21 @@ def compile_template(source: str, file: Path) -> Any:
     def raise_exception(message: str) -> None:
         raise TemplateError(message)
 
-    def tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
-               separators: Any = None, sort_keys: bool = False) -> str:  # fmt: skip
+    def tojson(
+        value: Any,
+        ensure_ascii: bool = False,
+        indent: Any = None,
+        separators: Any = None,
+        sort_keys: bool = False,
+    ) -> str:
         # Jinja's own tojson escapes <, > and & for HTML, which would change the text
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
-                          separators=separators, sort_keys=sort_keys)  # fmt: skip
+        return json.dumps(
+            value,
+            ensure_ascii=ensure_ascii,
+            indent=indent,
+            separators=separators,
+            sort_keys=sort_keys,
+        )
 
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[Generation, "jinja2.ext.loopcontrols"]

@@ -1,4 +1,5 @@
-"""The documents of ``gpt prepare``'s inputs in chunks, read ahead in a thread, and its progress line.
+"""The documents of ``gpt prepare``'s inputs in chunks, read ahead in a thread, and its progress
+line.
 
 A reader thread parses the files (``sources.py``) into chunks of about ``chunk_bytes`` of text while
 the main thread tokenizes the previous chunk; a killed prepare resumes from a (source, position)
@@ -92,7 +93,8 @@ class Meter:
         eta = left / rate if rate else float("inf")
         self.status.write(
             f"prepare: {self.docs:,} docs | {rate / 1e6:.1f} MB/s | "
-            f"{self.tokens / elapsed:,.0f} tokens/s | {100 * (self.total - left) / self.total:.0f}% | "
+            f"{self.tokens / elapsed:,.0f} tokens/s | "
+            f"{100 * (self.total - left) / self.total:.0f}% | "
             f"ETA {eta:,.0f} s"
         )
 

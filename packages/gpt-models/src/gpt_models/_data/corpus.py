@@ -38,7 +38,8 @@ _VOCAB_CHECK_TOKENS = 1 << 24
 
 
 def default_corpus() -> str:
-    """CPython's own help text (``pydoc_data.topics``): ~460 kB of English prose and code, no download.
+    """CPython's own help text (``pydoc_data.topics``): ~460 kB of English prose and code, no
+    download.
 
     Example:
         >>> text = default_corpus()
@@ -53,7 +54,8 @@ def default_corpus() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-    """Token ids of the train and validation splits (numpy arrays, read-only memmaps or a store's shards).
+    """Token ids of the train and validation splits (numpy arrays, read-only memmaps or a store's
+    shards).
 
     ``bytes_per_token`` is measured on the validation split (text bytes / token ids), so a loss in
     nats per token divided by it is in nats per byte, comparable across tokenizers; it is None for a
@@ -83,14 +85,16 @@ class Dataset:
     @property
     def notes(self) -> tuple[str, ...]:
         """What opening the data left out, one line each (examples longer than a row)."""
-        return tuple(s.note for s in (self.train, self.val)
-                     if isinstance(s, PackedExamples) and s.note)  # fmt: skip
+        return tuple(
+            s.note for s in (self.train, self.val) if isinstance(s, PackedExamples) and s.note
+        )
 
 
 def load_dataset(
     cfg: DataConfig, *, seq_len: int, vocab_size: int, tokenizer: Tokenizer | None = None
 ) -> Dataset:
-    """Load ``cfg.path`` (or the embedded corpus) and split off the last ``val_fraction`` for validation.
+    """Load ``cfg.path`` (or the embedded corpus) and split off the last ``val_fraction`` for
+    validation.
 
     Text is tokenized with ``tokenizer`` (default: bytes); ``.bin`` files are token ids already, and
     their sidecar (``X.bin.json``) must name ``cfg.tokenizer``. A token store (``gpt prepare``) is
@@ -101,8 +105,10 @@ def load_dataset(
     or the one the sources were made with), into ``parts``.
 
     Raises:
-        DataError: a missing path, an empty folder, too little data for one ``seq_len`` window in each
-            split, token ids that do not fit ``vocab_size``, or a ``.bin`` sidecar that does not match;
+        DataError: a missing path, an empty folder, too little data for one ``seq_len`` window in
+        each
+            split, token ids that do not fit ``vocab_size``, or a ``.bin`` sidecar that does not
+            match;
             sources of a mixture made by different tokenizers.
 
     Example:
@@ -133,7 +139,8 @@ def load_dataset(
 
 
 def bin_files(cfg: DataConfig) -> list[Path] | None:
-    """The ``.bin`` token files of ``cfg.path`` (a ``.bin`` file, or train.bin + val.bin), else None."""
+    """The ``.bin`` token files of ``cfg.path`` (a ``.bin`` file, or train.bin + val.bin), else
+    None."""
     path = Path(cfg.path) if cfg.path else None
     if path is not None and path.is_dir() and (path / "train.bin").is_file():
         return [path / "train.bin", path / "val.bin"]
@@ -260,7 +267,8 @@ def _read_bin(path: Path) -> np.ndarray:
 
 
 def _read_folder(folder: Path) -> bytes:
-    """All UTF-8 text files under ``folder`` (sorted, hidden ones skipped), joined by blank lines."""
+    """All UTF-8 text files under ``folder`` (sorted, hidden ones skipped), joined by blank
+    lines."""
     parts = []
     for file in sorted(p for p in folder.rglob("*") if p.is_file()):
         if any(part.startswith(".") for part in file.relative_to(folder).parts):
@@ -273,7 +281,8 @@ def _read_folder(folder: Path) -> bytes:
         parts.append(data)
     if not parts:
         raise DataError(
-            f"Data folder {folder} holds no UTF-8 text files (hidden and binary files are skipped). "
+            f"Data folder {folder} holds no UTF-8 text files (hidden and binary files are "
+            f"skipped). "
             "Point data.path at a text file, a folder of .txt/.md/.py files, or a .bin file."
         )
     return b"\n\n".join(parts)
@@ -347,13 +356,21 @@ def train_batch(
         >>> from gpt_models import train_batch
         >>> toks = np.arange(1000)
         >>> a = train_batch(toks, 7, seed=0, batch_size=4, grad_accum=2, seq_len=8)
-        >>> a.shape, bool((a == train_batch(toks, 7, seed=0, batch_size=4, grad_accum=2, seq_len=8)).all())
+        >>> b = train_batch(toks, 7, seed=0, batch_size=4, grad_accum=2, seq_len=8)
+        >>> a.shape, bool((a == b).all())
         ((2, 2, 9), True)
     """
     rows = batch_size // grad_accum // process_count
     if isinstance(tokens, PackedExamples):
-        return packed_train_batch(tokens, step, seed=seed, batch_size=batch_size,  # type: ignore[return-value]
-                                  grad_accum=grad_accum, rows=rows, process_index=process_index)  # fmt: skip
+        return packed_train_batch(
+            tokens,
+            step,
+            seed=seed,
+            batch_size=batch_size,  # type: ignore[return-value]
+            grad_accum=grad_accum,
+            rows=rows,
+            process_index=process_index,
+        )
     if isinstance(tokens, MixedTokens):
         which, starts = tokens.draw(step, seed=seed, batch_size=batch_size, seq_len=seq_len)
     else:
@@ -393,8 +410,13 @@ def eval_batches(
         [[0, 19, 38], [57, 76, 95]]
     """
     if isinstance(tokens, PackedExamples):
-        return packed_eval_batches(tokens, n_batches=n_batches, batch_size=batch_size,  # type: ignore[return-value]
-                                   rows=batch_size // process_count, process_index=process_index)  # fmt: skip
+        return packed_eval_batches(
+            tokens,
+            n_batches=n_batches,
+            batch_size=batch_size,  # type: ignore[return-value]
+            rows=batch_size // process_count,
+            process_index=process_index,
+        )
     starts = np.linspace(0, len(tokens) - seq_len - 1, n_batches * batch_size).astype(np.int64)
     starts = starts.reshape(n_batches, batch_size)
     rows = batch_size // process_count

@@ -47,14 +47,16 @@ class Encoder:
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         if self.tok is None:
             return [np.frombuffer(t.encode("utf-8", errors="replace"), np.uint8) for t in texts]
-        # encode_batch_fast (no character offsets) is tokenizers >= 0.20; the floor has encode_batch.
+        # encode_batch_fast (no character offsets) is tokenizers >= 0.20; the floor has
+        # encode_batch.
         encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)
         encs = encode(texts, add_special_tokens=False)
         return [np.array(e.ids, np.uint32) for e in encs]
 
 
-def make_encoder(tokenizer: str, out: Path, state: dict[str, Any], sample: Iterator[str],
-                 vocab: int) -> tuple[Encoder, str | None]:  # fmt: skip
+def make_encoder(
+    tokenizer: str, out: Path, state: dict[str, Any], sample: Iterator[str], vocab: int
+) -> tuple[Encoder, str | None]:
     """The tokenizer of the store in ``out``, and the sha256 of its ``tokenizer.json`` when written
     now (to record in the progress file before any shard is made with it; None: nothing new).
 

@@ -1,4 +1,5 @@
-"""Data mixtures (``data.sources``): the sampler, and the check that every source shares one tokenizer.
+"""Data mixtures (``data.sources``): the sampler, and the check that every source shares one
+tokenizer.
 
 Which source a row of step ``s`` comes from depends only on ``(seed, s, row)``: a uniform draw per
 row from ``np.random.default_rng([seed, s, 1])``, placed on the cumulative weights. The row's window
@@ -84,8 +85,9 @@ class MixedTokens:
         # min(): a u that rounds onto the last edge of the cumulative sum stays in range.
         return np.minimum(np.searchsorted(self._cdf, u, side="right"), len(self.parts) - 1)
 
-    def draw(self, step: int, *, seed: int, batch_size: int,
-             seq_len: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    def draw(
+        self, step: int, *, seed: int, batch_size: int, seq_len: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(sources, starts)`` of step ``step``'s global batch: each row's source and its window's
         first position in that source, both ``(batch_size,)``."""
         which = self.row_sources(step, seed=seed, batch_size=batch_size)
@@ -147,7 +149,8 @@ def check_shared_tokenizer(sources: Sequence[DataSource]) -> None:
         if made.sha256 != ref_made.sha256:
             raise DataError(
                 f"The sources {ref.label!r} ({ref.path}) and {src.label!r} ({src.path}) of "
-                f"data.sources were made by different tokenizers: {ref.label!r} by {ref_made.shown}, "
+                f"data.sources were made by different tokenizers: {ref.label!r} by "
+                f"{ref_made.shown}, "
                 f"{src.label!r} by {made.shown}. A mixture trains one model on one tokenizer's "
                 f"ids. Prepare {src.label!r} again with the tokenizer of {ref.label!r} (gpt "
                 f"prepare ... --tokenizer {_tokenizer_flag(Path(ref.path))}), or leave it out."

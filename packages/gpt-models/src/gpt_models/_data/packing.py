@@ -32,8 +32,17 @@ class PackedExamples:
     ``len()`` is its number of ids (as for a plain split); slices read its ids.
     """
 
-    def __init__(self, tokens: ShardedTokens, mask: ShardedTokens, lengths: np.ndarray,
-                 seq_len: int, *, split: str, source: str, shuffle: bool) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tokens: ShardedTokens,
+        mask: ShardedTokens,
+        lengths: np.ndarray,
+        seq_len: int,
+        *,
+        split: str,
+        source: str,
+        shuffle: bool,
+    ) -> None:
         self.tokens, self.mask, self.seq_len, self.shuffle = tokens, mask, seq_len, shuffle
         self.lengths = np.asarray(lengths, np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)])[:-1]
@@ -48,11 +57,16 @@ class PackedExamples:
                 f"--set model.seq_len={_fitting(self.lengths)} (or more), or prepare shorter "
                 "examples."
             )
-        self.note = "" if not skipped else (
-            f"note: {skipped:,} of the {len(self.lengths):,} examples of the {split} split of "
-            f"{source} are longer than model.seq_len + 1 = {seq_len + 1} tokens and are left out "
-            f"(the longest has {int(self.lengths.max()):,}; examples are never cut)."
-        )  # fmt: skip
+        self.note = (
+            ""
+            if not skipped
+            else (
+                f"note: {skipped:,} of the {len(self.lengths):,} examples of the {split} split of "
+                f"{source} are longer than model.seq_len + 1 = {seq_len + 1} tokens and are left "
+                f"out "
+                f"(the longest has {int(self.lengths.max()):,}; examples are never cut)."
+            )
+        )
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -102,8 +116,10 @@ class PackedExamples:
 def packed_split(store: Store, split: str, seq_len: int) -> PackedExamples:
     """A split of a store with a loss mask, its examples packed into rows of ``seq_len + 1``."""
     m, folder = store.manifest, store.folder
-    paths = {what: [folder / r["file"] for r in m[field][split]]
-             for what, field in ((MASK, "mask_shards"), (EXAMPLES, "example_shards"))}  # fmt: skip
+    paths = {
+        what: [folder / r["file"] for r in m[field][split]]
+        for what, field in ((MASK, "mask_shards"), (EXAMPLES, "example_shards"))
+    }
     lengths = np.asarray(ShardedTokens(paths[EXAMPLES], np.dtype("<u4"))[:], np.int64)
     if not len(lengths):
         made = m.get("settings", {}).get("val_fraction")
@@ -114,8 +130,9 @@ def packed_split(store: Store, split: str, seq_len: int) -> PackedExamples:
         )
     tokens = store.train if split == "train" else store.val
     mask = ShardedTokens(paths[MASK], np.dtype("u1"))
-    return PackedExamples(tokens, mask, lengths, seq_len, split=split, source=str(folder),
-                          shuffle=split == "train")  # fmt: skip
+    return PackedExamples(
+        tokens, mask, lengths, seq_len, split=split, source=str(folder), shuffle=split == "train"
+    )
 
 
 def _next_fit(lengths: np.ndarray, width: int) -> np.ndarray:
@@ -136,8 +153,16 @@ def _fitting(lengths: np.ndarray) -> int:
     return max(64, -(-(int(np.median(lengths)) - 1) // 64) * 64)
 
 
-def packed_train_batch(split: PackedExamples, step: int, *, seed: int, batch_size: int,
-                       grad_accum: int, rows: int, process_index: int) -> dict[str, np.ndarray]:  # fmt: skip
+def packed_train_batch(
+    split: PackedExamples,
+    step: int,
+    *,
+    seed: int,
+    batch_size: int,
+    grad_accum: int,
+    rows: int,
+    process_index: int,
+) -> dict[str, np.ndarray]:
     """This process's rows of step ``step``: each array ``(grad_accum, rows, seq_len + 1)``."""
     _, ptr = split.rows(seed)
     picks = np.random.default_rng([seed, step]).integers(0, len(ptr) - 1, size=batch_size)
@@ -145,8 +170,9 @@ def packed_train_batch(split: PackedExamples, step: int, *, seed: int, batch_siz
     return split.read(picks[:, process_index * rows : (process_index + 1) * rows], seed)
 
 
-def packed_eval_batches(split: PackedExamples, *, n_batches: int, batch_size: int, rows: int,
-                        process_index: int) -> dict[str, np.ndarray]:  # fmt: skip
+def packed_eval_batches(
+    split: PackedExamples, *, n_batches: int, batch_size: int, rows: int, process_index: int
+) -> dict[str, np.ndarray]:
     """Fixed, evenly spaced rows of the packing: each array ``(n_batches, rows, seq_len + 1)``."""
     _, ptr = split.rows(None)
     picks = np.linspace(0, len(ptr) - 2, n_batches * batch_size).round().astype(np.int64)

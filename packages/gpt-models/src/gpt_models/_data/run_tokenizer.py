@@ -32,7 +32,8 @@ TOKENIZER_FILE = "tokenizer.json"
 def prepare_tokenizer(
     cfg: Config, run: Path, *, resume: bool, stream: TextIO
 ) -> tuple[Tokenizer, Config]:
-    """The run's tokenizer, and ``cfg`` with ``model.vocab_size`` following it (a note if it changed)."""
+    """The run's tokenizer, and ``cfg`` with ``model.vocab_size`` following it (a note if it
+    changed)."""
     tok = _tokenizer(cfg, run, resume)
     want = model_vocab_size(tok)
     if not _vocab_is_known(cfg):

@@ -356,7 +356,8 @@ def open_store(folder: Path, *, full_hash: bool | None = None) -> Store:
 
 
 def store_tokenizer_file(folder: Path, want: str) -> Path | None:
-    """The tokenizer file of the store in ``folder`` (None: byte), checked against ``data.tokenizer``.
+    """The tokenizer file of the store in ``folder`` (None: byte), checked against
+    ``data.tokenizer``.
 
     Raises:
         DataError: the store was made by another kind of tokenizer, or its file is missing/altered.

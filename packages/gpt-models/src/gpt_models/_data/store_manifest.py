@@ -31,12 +31,21 @@ def store_manifest(
     dtype: np.dtype[Any],
     chat: ChatFormat | None = None,
 ) -> dict[str, Any]:
-    """The manifest; ``chat``: a chat store's format, which later commands read (``chat_format.py``)."""
+    """The manifest; ``chat``: a chat store's format, which later commands read
+    (``chat_format.py``)."""
     sft = "kind" in settings
     stats = stats + [new_stats(sft)] * (len(sources) - len(stats))
-    fields = {} if not sft else sft_manifest(settings["kind"], shards) | {"masked_tokens": {
-        "train": sum(st["masked"] for st in stats), "val": sum(st["val_masked"] for st in stats)
-    }}  # fmt: skip
+    fields = (
+        {}
+        if not sft
+        else sft_manifest(settings["kind"], shards)
+        | {
+            "masked_tokens": {
+                "train": sum(st["masked"] for st in stats),
+                "val": sum(st["val_masked"] for st in stats),
+            }
+        }
+    )
     return {
         "format": FORMAT,
         "version": SFT_VERSION if sft else VERSION,

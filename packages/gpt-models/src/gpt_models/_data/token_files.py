@@ -1,11 +1,14 @@
-"""The sidecar of a ``.bin`` token file: which tokenizer made the ids, so they are read the same way.
+"""The sidecar of a ``.bin`` token file: which tokenizer made the ids, so they are read the same
+way.
 
 A file ``X.bin`` (uint16 token ids, nanoGPT's layout) may have ``X.bin.json`` next to it::
 
     {"tokenizer": "bpe", "vocab_size": 2048, "tokenizer_file": "tokenizer.json"}
 
-``tokenizer`` is ``"byte"`` (``vocab_size`` 256) or ``"bpe"``; a ``"bpe"`` sidecar names the tokenizer
-JSON file (written by ``BPETokenizer.save``), relative to the ``.bin``'s folder. ``dtype``, if given,
+``tokenizer`` is ``"byte"`` (``vocab_size`` 256) or ``"bpe"``; a ``"bpe"`` sidecar names the
+tokenizer
+JSON file (written by ``BPETokenizer.save``), relative to the ``.bin``'s folder. ``dtype``, if
+given,
 must be ``"uint16"``. A ``.bin`` without a sidecar is read as before (nanoGPT files): its ids only
 have to fit ``model.vocab_size``, its bytes per token are unknown, and it can only be used with
 ``data.tokenizer = "byte"``.
@@ -51,7 +54,8 @@ def read_bin_meta(bin_path: Path, tokenizer: str) -> BinMeta | None:
         if tokenizer == "bpe":
             raise DataError(
                 f'data.tokenizer = "bpe" with {bin_path}, but {side.name} is missing: the BPE '
-                "tokenizer that made these ids is unknown. Write the sidecar next to the .bin, e.g. "
+                "tokenizer that made these ids is unknown. Write the sidecar next to the .bin, "
+                "e.g. "
                 '{"tokenizer": "bpe", "vocab_size": 2048, "tokenizer_file": "tokenizer.json"} '
                 "(docs/gpt_models.md, Data), or use text data so that a tokenizer is trained."
             )
@@ -68,7 +72,8 @@ def read_bin_meta(bin_path: Path, tokenizer: str) -> BinMeta | None:
 
 
 def read_sidecar(bin_path: Path) -> BinMeta | None:
-    """The checked sidecar of ``bin_path`` as it is (None: it has none), whatever the run's tokenizer."""
+    """The checked sidecar of ``bin_path`` as it is (None: it has none), whatever the run's
+    tokenizer."""
     side = sidecar_path(bin_path)
     return _parse(side) if side.is_file() else None
 

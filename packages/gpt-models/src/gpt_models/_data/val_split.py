@@ -15,7 +15,10 @@ import bisect
 import hashlib
 from typing import Any
 
-SPLIT_RULE = "val if int.from_bytes(blake2b(f'{source}\\0{position}', digest_size=8), 'little') < val_fraction * 2**64"
+SPLIT_RULE = (
+    "val if int.from_bytes(blake2b(f'{source}\\0{position}', digest_size=8), 'little')"
+    " < val_fraction * 2**64"
+)
 LADDER = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)  # the fractions a fix is chosen from
 _KEEP = 64  # smallest keys remembered: enough to count every candidate's documents on small corpora
 
@@ -65,8 +68,9 @@ def suggest(smallest: list[list[float]], documents: int, given: float) -> dict[s
     return None
 
 
-def empty_val_fix(smallest: list[list[float]], documents: int, given: float,
-                  text_file: str | None = None) -> str:  # fmt: skip
+def empty_val_fix(
+    smallest: list[list[float]], documents: int, given: float, text_file: str | None = None
+) -> str:
     """What to do about an empty validation split, in words: a working ``--val-fraction``, or
     (too few documents for any) how to get more; ``text_file``: the corpus's only file, if text."""
     fix = suggest(smallest, documents, given)

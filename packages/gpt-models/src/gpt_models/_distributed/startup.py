@@ -7,7 +7,8 @@ accept connections in Python first (the usual failure: process 0 never started o
 wrong), and (3) run a watchdog that prints our message and exits *before* JAX's own deadline for the
 rest (a process that never joins). JAX's deadline is set a margin later, so ours always fires first.
 
-After start-up, a peer that dies makes the survivors' next collective fail; :func:`exit_on_lost_peer`
+After start-up, a peer that dies makes the survivors' next collective fail;
+:func:`exit_on_lost_peer`
 turns that into one message naming the lost process and an exit that skips JAX's shutdown barrier
 (which would otherwise wait for the dead peer, then abort from C++). A peer that hangs is caught by
 JAX's heartbeat (``--heartbeat-timeout``), which stops every process with JAX's own message.
@@ -134,10 +135,12 @@ def start(
         stream,
     ):
         ps.initialize_distributed(
-            address, num_processes, process_id,
+            address,
+            num_processes,
+            process_id,
             initialization_timeout=int(left) + _JAX_MARGIN_S,
             heartbeat_timeout_seconds=heartbeat_timeout,
-        )  # fmt: skip
+        )
 
 
 def _last(n: object) -> str:

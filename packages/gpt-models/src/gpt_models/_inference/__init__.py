@@ -1,6 +1,7 @@
 """Using trained params: the validation loss on fixed windows (``evaluate.py``, its jitted step
 ``eval_step.py``), text from a prompt (``sampling.py``), whole texts scored by sliding windows
-(``text_eval.py``) and JSONL tasks (``tasks.py``), both through ``scoring.py``, lm-evaluation-harness
+(``text_eval.py``) and JSONL tasks (``tasks.py``), both through ``scoring.py``,
+lm-evaluation-harness
 tasks (``lm_eval.py``, its ``gpt-models`` model type in ``lm_eval_model.py``), and the programs
 ``gpt sample`` and ``gpt eval`` compile for their pre-flight (``plans.py``).
 

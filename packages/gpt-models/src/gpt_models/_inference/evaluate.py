@@ -37,8 +37,9 @@ class Evaluator:
     counts.
     """
 
-    def __init__(self, cfg: Config, mesh: Mesh, params: Any, dataset: Dataset,
-                 step: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self, cfg: Config, mesh: Mesh, params: Any, dataset: Dataset, step: Any = None
+    ) -> None:
         t = cfg.train
         self.fn = step if step is not None else compile_eval_step(cfg, mesh, params)
         self.mesh = mesh
@@ -46,12 +47,15 @@ class Evaluator:
         parts = dataset.parts or (dataset,)
         self.batches = [
             eval_batches(
-                p.val, n_batches=t.eval_batches, batch_size=self.rows,
-                seq_len=cfg.model.seq_len, process_index=jax.process_index(),
+                p.val,
+                n_batches=t.eval_batches,
+                batch_size=self.rows,
+                seq_len=cfg.model.seq_len,
+                process_index=jax.process_index(),
                 process_count=jax.process_count(),
             )
             for p in parts
-        ]  # fmt: skip
+        ]
         mixed = dataset.train if isinstance(dataset.train, MixedTokens) else None
         self.names = mixed.names if mixed is not None else ()
         self.weights = mixed.weights if mixed is not None else np.zeros(0)
@@ -59,11 +63,13 @@ class Evaluator:
         known = dataset.bytes_per_token is not None
         # Per part: the bytes per token of the loss, and of packed batches' all-tokens loss.
         self.bytes_per_token = [
-            (1.0, 1.0) if not known
-            else _counted_bytes(dataset.tokenizer, b) if is_packed(b)
+            (1.0, 1.0)
+            if not known
+            else _counted_bytes(dataset.tokenizer, b)
+            if is_packed(b)
             else (p.bytes_per_token or 1.0,) * 2
             for p, b in zip(parts, self.batches, strict=True)
-        ]  # fmt: skip
+        ]
         self.unit = "nats/byte" if known else "nats/token"
         self.source = dataset.source
         self.windows = (len(jax.tree.leaves(self.batches[0])[0]), self.rows, cfg.model.seq_len)
@@ -74,8 +80,10 @@ class Evaluator:
         losses, every = [], []
         for batches, bpt in zip(self.batches, self.bytes_per_token, strict=True):
             n = len(jax.tree.leaves(batches)[0])
-            values = [self.fn(params, place_batch(jax.tree.map(lambda a, i=i: a[i], batches),
-                                                  self.mesh)) for i in range(n)]  # fmt: skip
+            values = [
+                self.fn(params, place_batch(jax.tree.map(lambda a, i=i: a[i], batches), self.mesh))
+                for i in range(n)
+            ]
             values = [host_value(x) for x in values]
             if not is_packed(batches):
                 losses.append(float(np.mean(values)) / bpt[0])
@@ -160,14 +168,17 @@ class ValLoss:
 def evaluate_run(run_dir: str | Path, config: Config | None = None, *, step: Any = None) -> ValLoss:
     """Validation loss of a run's newest checkpoint on its fixed val windows (what training logs).
 
-    ``step``: the eval step compiled ahead of time (``plan_eval(...).compiled``), else compiled here.
+    ``step``: the eval step compiled ahead of time (``plan_eval(...).compiled``), else compiled
+    here.
     """
     cfg, params, at = load_run(run_dir, config)
     mesh = single_device_mesh()
     dataset = load_dataset(
-        cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size,
+        cfg.data,
+        seq_len=cfg.model.seq_len,
+        vocab_size=cfg.model.vocab_size,
         tokenizer=run_tokenizer(run_dir, cfg),
-    )  # fmt: skip
+    )
     evaluator = Evaluator(cfg, mesh, params, dataset, step)
     loss = evaluator(params)
     parts = tuple(

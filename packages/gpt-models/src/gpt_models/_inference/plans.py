@@ -21,9 +21,17 @@ from .eval_step import compile_eval_step
 from .scoring import compiled_scorer
 
 
-def plan_sample(cfg: Config, prompt_len: int, max_new_tokens: int, *, temperature: float,
-                top_k: int | None, top_p: float | None, stream: TextIO | None = None,
-                stop_token: int | None = None) -> Plan:  # fmt: skip
+def plan_sample(
+    cfg: Config,
+    prompt_len: int,
+    max_new_tokens: int,
+    *,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    stream: TextIO | None = None,
+    stop_token: int | None = None,
+) -> Plan:
     """``gpt sample``'s program (one prompt, KV cache, ``max_new_tokens`` steps), compiled."""
     cfg = one_device(cfg)
     params = abstract_params(cfg, one_device_mesh())

@@ -34,9 +34,17 @@ def compiled_scorer(model: ModelConfig) -> Any:
     return jax.jit(score)
 
 
-def score_windows(params: Any, model: ModelConfig, windows: list[np.ndarray], *, batch_size: int,
-                  label: str = "", stream: TextIO | None = None) -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
-    """For each token window (at most ``seq_len + 1`` ids), the log-probability of each of its tokens
+def score_windows(
+    params: Any,
+    model: ModelConfig,
+    windows: list[np.ndarray],
+    *,
+    batch_size: int,
+    label: str = "",
+    stream: TextIO | None = None,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each token window (at most ``seq_len + 1`` ids), the log-probability of each of its
+    tokens
     after the first given the ones before it (float64), and whether it was the greedy choice.
 
     ``stream`` gets a progress line (``label: k/n windows``): redrawn on a terminal, a line every

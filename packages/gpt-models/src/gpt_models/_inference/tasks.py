@@ -140,7 +140,11 @@ def _example(row: dict[str, Any], where: str, fmt: str) -> TaskExample:
         )
         return _checked(TaskExample(context, (target,), 0, where))
     if fmt == "hellaswag":
-        context = row["ctx"] if "ctx" in row else _field(row, "ctx_a", str, where, fmt) + " " + _field(row, "ctx_b", str, where, fmt)  # fmt: skip
+        context = (
+            row["ctx"]
+            if "ctx" in row
+            else _field(row, "ctx_a", str, where, fmt) + " " + _field(row, "ctx_b", str, where, fmt)
+        )
         choices = tuple(" " + e for e in _strings(row, "endings", where, fmt))
     else:
         context = _field(row, "context", str, where, fmt)
@@ -192,9 +196,16 @@ def _strings(row: dict[str, Any], key: str, where: str, fmt: str) -> list[str]:
     return values
 
 
-def evaluate_task(params: Any, config: Config, path: str | Path, *, format: str | None = None,
-                  tokenizer: Tokenizer | None = None, batch_size: int = 8,
-                  stream: TextIO | None = None) -> TaskScore:  # fmt: skip
+def evaluate_task(
+    params: Any,
+    config: Config,
+    path: str | Path,
+    *,
+    format: str | None = None,
+    tokenizer: Tokenizer | None = None,
+    batch_size: int = 8,
+    stream: TextIO | None = None,
+) -> TaskScore:
     """Accuracy of ``params`` on a JSONL task file (formats: ``mc``, ``hellaswag``, ``cloze``).
 
     Args:
@@ -241,14 +252,24 @@ class PreparedTask:
     truncated: int
     path: str = ""
 
-    def score(self, params: Any, *, batch_size: int = 8, stream: TextIO | None = None,
-              started: float | None = None) -> TaskScore:  # fmt: skip
+    def score(
+        self,
+        params: Any,
+        *,
+        batch_size: int = 8,
+        stream: TextIO | None = None,
+        started: float | None = None,
+    ) -> TaskScore:
         """Score the task's windows with ``params``."""
         started = time.perf_counter() if started is None else started
         scores = score_windows(
-            on_one_device(params), self.config.model, self.windows, batch_size=batch_size,
-            label=f"eval {self.name}", stream=stream,
-        )  # fmt: skip
+            on_one_device(params),
+            self.config.model,
+            self.windows,
+            batch_size=batch_size,
+            label=f"eval {self.name}",
+            stream=stream,
+        )
         it = iter(zip(scores, self.spans, strict=True))
         loglik, greedy = [], []
         for ex in self.examples:
@@ -259,26 +280,39 @@ class PreparedTask:
         acc, acc_norm, chance = _accuracies(self.format, self.examples, loglik, greedy)
         seconds = time.perf_counter() - started
         return TaskScore(
-            task=self.name, format=self.format, examples=len(self.examples), acc=acc,
-            acc_norm=acc_norm, chance=chance, truncated=self.truncated,
-            examples_per_s=len(self.examples) / max(seconds, 1e-9), loglik=tuple(loglik),
+            task=self.name,
+            format=self.format,
+            examples=len(self.examples),
+            acc=acc,
+            acc_norm=acc_norm,
+            chance=chance,
+            truncated=self.truncated,
+            examples_per_s=len(self.examples) / max(seconds, 1e-9),
+            loglik=tuple(loglik),
             path=self.path,
-        )  # fmt: skip
+        )
 
 
-def prepare_task(path: str | Path, config: Config, *, format: str | None = None,
-                 tokenizer: Tokenizer | None = None) -> PreparedTask:  # fmt: skip
+def prepare_task(
+    path: str | Path,
+    config: Config,
+    *,
+    format: str | None = None,
+    tokenizer: Tokenizer | None = None,
+) -> PreparedTask:
     """Read and check a task file and build its windows (every error of the file shows here)."""
     fmt, examples = load_task(path, format)
     windows, spans, truncated = _windows(
         examples, tokenizer or ByteTokenizer(), config.model.seq_len
     )
-    return PreparedTask(Path(path).stem, fmt, examples, config, windows, spans, truncated,
-                        str(Path(path).resolve()))  # fmt: skip
+    return PreparedTask(
+        Path(path).stem, fmt, examples, config, windows, spans, truncated, str(Path(path).resolve())
+    )
 
 
-def _accuracies(fmt: str, examples: list[TaskExample], loglik: list[tuple[float, ...]],
-                greedy: list[bool]) -> tuple[float, float, float]:  # fmt: skip
+def _accuracies(
+    fmt: str, examples: list[TaskExample], loglik: list[tuple[float, ...]], greedy: list[bool]
+) -> tuple[float, float, float]:
     if fmt == "cloze":
         return float(np.mean(greedy)), float(np.mean(greedy)), 0.0
     labels = np.array([ex.label for ex in examples])
@@ -324,7 +358,9 @@ def task_paths(cfg: Config) -> list[str]:
     return [p.strip() for p in cfg.eval.tasks.split(",") if p.strip()]
 
 
-def _windows(examples: list[TaskExample], tok: Tokenizer, seq_len: int) -> tuple[list[np.ndarray], list[int], int]:  # fmt: skip
+def _windows(
+    examples: list[TaskExample], tok: Tokenizer, seq_len: int
+) -> tuple[list[np.ndarray], list[int], int]:
     windows, spans, truncated = [], [], 0
     for ex in examples:
         ctx = np.asarray(tok.encode(ex.context), np.int32)
@@ -333,7 +369,8 @@ def _windows(examples: list[TaskExample], tok: Tokenizer, seq_len: int) -> tuple
             cont = np.asarray(tok.encode(choice), np.int32)
             if len(cont) > seq_len:
                 raise DataError(
-                    f"{ex.where}: choice {j} is {len(cont)} tokens, longer than the model's context "
+                    f"{ex.where}: choice {j} is {len(cont)} tokens, longer than the model's "
+                    f"context "
                     f"window (model.seq_len = {seq_len}), so it cannot be scored whole (the "
                     "context is cut from the left to fit, never the choice). Shorten the choice "
                     "or evaluate a model with a longer context."

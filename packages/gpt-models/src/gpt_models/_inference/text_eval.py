@@ -73,9 +73,16 @@ def text_windows(ids: np.ndarray, seq_len: int, stride: int) -> tuple[list[np.nd
     return [ids[b:e] for b, e, _ in spans], [first - b - 1 for b, _, first in spans]
 
 
-def evaluate_text(params: Any, config: Config, paths: str | Path | Sequence[str | Path], *,
-                  tokenizer: Tokenizer | None = None, stride: int | None = None, batch_size: int = 8,
-                  stream: TextIO | None = None) -> TextScore:  # fmt: skip
+def evaluate_text(
+    params: Any,
+    config: Config,
+    paths: str | Path | Sequence[str | Path],
+    *,
+    tokenizer: Tokenizer | None = None,
+    stride: int | None = None,
+    batch_size: int = 8,
+    stream: TextIO | None = None,
+) -> TextScore:
     """Nats per token and bits per byte of ``params`` over whole text files (or folders of them).
 
     Args:
@@ -108,13 +115,29 @@ def evaluate_text(params: Any, config: Config, paths: str | Path | Sequence[str 
     tok = tokenizer or ByteTokenizer()
     files = text_files(paths)
     docs = [encode_file(tok, file) for file in files]
-    return score_documents(params, config, docs, tokenizer=tok, stride=stride,
-                           batch_size=batch_size, stream=stream, names=[str(f) for f in files])  # fmt: skip
+    return score_documents(
+        params,
+        config,
+        docs,
+        tokenizer=tok,
+        stride=stride,
+        batch_size=batch_size,
+        stream=stream,
+        names=[str(f) for f in files],
+    )
 
 
-def score_documents(params: Any, config: Config, docs: Sequence[np.ndarray], *, tokenizer: Tokenizer,
-                    stride: int | None, batch_size: int, stream: TextIO | None,
-                    names: Sequence[str]) -> TextScore:  # fmt: skip
+def score_documents(
+    params: Any,
+    config: Config,
+    docs: Sequence[np.ndarray],
+    *,
+    tokenizer: Tokenizer,
+    stride: int | None,
+    batch_size: int,
+    stream: TextIO | None,
+    names: Sequence[str],
+) -> TextScore:
     """:func:`evaluate_text` on documents already tokenized (``docs``: arrays of token ids;
     ``names`` says what they are in messages).
 
@@ -145,14 +168,23 @@ def score_documents(params: Any, config: Config, docs: Sequence[np.ndarray], *, 
             "least two tokens (the first one has no context)."
         )
     scores = score_windows(
-        on_one_device(params), config.model, windows, batch_size=batch_size, label="eval text",
+        on_one_device(params),
+        config.model,
+        windows,
+        batch_size=batch_size,
+        label="eval text",
         stream=stream,
-    )  # fmt: skip
+    )
     nats = float(sum(logp[k:].sum() for (logp, _), k in zip(scores, spans, strict=True)))
     return TextScore(
-        nats_per_token=-nats / n_tokens, bits_per_byte=-nats / (math.log(2) * n_bytes),
-        tokens=n_tokens, bytes=n_bytes, files=len(docs), windows=len(windows), stride=stride,
-    )  # fmt: skip
+        nats_per_token=-nats / n_tokens,
+        bits_per_byte=-nats / (math.log(2) * n_bytes),
+        tokens=n_tokens,
+        bytes=n_bytes,
+        files=len(docs),
+        windows=len(windows),
+        stride=stride,
+    )
 
 
 def text_files(paths: str | Path | Sequence[str | Path]) -> list[Path]:

@@ -27,7 +27,8 @@ def _filter_logits(logits: Array, top_k: int | None, top_p: float | None) -> Arr
     if top_p is not None and top_p < 1.0:
         ordered = jnp.sort(logits, axis=-1)[..., ::-1]
         probs = jax.nn.softmax(ordered, axis=-1)
-        # Keep a token while the mass *before* it is below top_p: the most likely token always stays.
+        # Keep a token while the mass *before* it is below top_p: the most likely token always
+        # stays.
         keep = (jnp.cumsum(probs, axis=-1) - probs) < top_p
         threshold = jnp.min(jnp.where(keep, ordered, jnp.inf), axis=-1, keepdims=True)
         logits = jnp.where(logits < threshold, neg, logits)
@@ -87,7 +88,8 @@ def generate(
         max_new_tokens: tokens to add; prompt plus these must fit ``model.seq_len``.
         temperature: softmax temperature; ``0`` is greedy decoding.
         top_k: sample among the ``k`` most likely tokens only (``None``/``0``: all).
-        top_p: nucleus sampling: the smallest set of tokens whose mass reaches ``p`` (``None``: all).
+        top_p: nucleus sampling: the smallest set of tokens whose mass reaches ``p`` (``None``:
+        all).
         key: a ``jax.random.key``; token ``i`` of the continuation uses ``fold_in(key, i)``.
         use_cache: decode with a KV cache (the default); ``False`` recomputes the whole prefix at
             every step (slow, gives the same tokens).
@@ -123,10 +125,15 @@ def generate(
 
 
 def _options(
-    cfg: Any, prompt_len: int, max_new_tokens: int, temperature: float, top_k: int | None,
+    cfg: Any,
+    prompt_len: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
     top_p: float | None,
-) -> tuple:  # fmt: skip
-    """The static sampling options, once the arguments are checked (``generate`` and its AOT twin)."""
+) -> tuple:
+    """The static sampling options, once the arguments are checked (``generate`` and its AOT
+    twin)."""
     problems = sampling_problems("", max_new_tokens, temperature, top_k, top_p)
     if problems:
         raise ValueError(f"generate: {'; '.join(problems)}.")
@@ -135,10 +142,18 @@ def _options(
 
 
 def compile_generate(
-    params: Any, prompt_len: int, config: Any, *, max_new_tokens: int, temperature: float = 1.0,
-    top_k: int | None = None, top_p: float | None = None, stop_token: int | None = None,
-) -> Any:  # fmt: skip
-    """The program ``generate`` runs for one prompt of ``prompt_len`` tokens, compiled ahead of time.
+    params: Any,
+    prompt_len: int,
+    config: Any,
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    stop_token: int | None = None,
+) -> Any:
+    """The program ``generate`` runs for one prompt of ``prompt_len`` tokens, compiled ahead of
+    time.
 
     ``params`` may be abstract (``abstract_params``); the memory pre-flight of ``gpt sample`` reads
     the result's ``memory_analysis()``. A later ``generate`` call of the same sizes reuses it.
@@ -147,8 +162,9 @@ def compile_generate(
     prompt = jax.ShapeDtypeStruct((1, prompt_len), jnp.int32)
     key = jax.eval_shape(lambda: jax.random.key(0))
     options = _options(cfg, prompt_len, max_new_tokens, temperature, top_k, top_p)
-    return _generate_cached.lower(params, prompt, key, cfg, max_new_tokens, options,
-                                  stop_token).compile()  # fmt: skip
+    return _generate_cached.lower(
+        params, prompt, key, cfg, max_new_tokens, options, stop_token
+    ).compile()
 
 
 def _loop(

@@ -41,7 +41,8 @@ class CheckpointWarning(UserWarning):
 
 
 class Checkpointer:
-    """An orbax ``CheckpointManager`` for named pytrees ("items") plus a small JSON of metadata per step.
+    """An orbax ``CheckpointManager`` for named pytrees ("items") plus a small JSON of metadata per
+    step.
 
     Each item is stored in its own folder of the step, so a reader can restore some items without
     touching the others: ``gpt sample`` restores the ``params`` item and never reads the optimizer
@@ -87,7 +88,8 @@ class Checkpointer:
     def save(
         self, step: int, items: Mapping[str, Any], meta: dict[str, Any], *, force: bool = True
     ) -> None:
-        """Start saving ``items`` (name -> pytree of arrays) and ``meta`` (JSON-able) as ``step``."""
+        """Start saving ``items`` (name -> pytree of arrays) and ``meta`` (JSON-able) as
+        ``step``."""
         _check_item_names(items)
         # Dispatched before the next training step can overwrite (donate) the arrays; computed on
         # the devices and written from a thread while orbax writes the files, so that the save
@@ -186,7 +188,8 @@ class Checkpointer:
                 return got
         if not errors and _fresh_steps(self._manager):
             raise UsageError(
-                f"Could not restore a checkpoint from {self.directory}: the run writing it replaced "
+                f"Could not restore a checkpoint from {self.directory}: the run writing it "
+                f"replaced "
                 f"its checkpoints during each of {rounds} reads. Try again, or raise "
                 "train.checkpoint_every so that the run saves less often."
             )

@@ -7,7 +7,8 @@ checksum; a restored array whose checksum differs makes the step count as damage
 
 What the checksum is: the array's bytes as 32-bit words, laid out in rows of 1024 (the last one
 padded with zeros); the column sums weighted by ``2 * column + 1`` and the row sums weighted by
-``2 * row + 1``, each summed modulo 2^32, give two 32-bit lanes. Any single changed word changes both
+``2 * row + 1``, each summed modulo 2^32, give two 32-bit lanes. Any single changed word changes
+both
 lanes (odd weights are invertible modulo 2^32), a moved row or column changes one; random damage
 goes unnoticed with probability about 2^-64. It detects damage, not tampering.
 
@@ -217,7 +218,8 @@ def check_shapes(targets: Mapping[str, Any], recorded: dict[str, Any]) -> None:
 
 
 def verify(items: Mapping[str, Any], recorded: dict[str, Any]) -> None:
-    """Raise DigestMismatch naming the first restored array whose checksum differs from ``recorded``."""
+    """Raise DigestMismatch naming the first restored array whose checksum differs from
+    ``recorded``."""
     got = PendingDigest(items).result()
     for name, arrays in got.items():
         saved = recorded.get(name)

@@ -1,6 +1,7 @@
 """Recognise a full disk (or quota) in whatever shape the writer reports it, and say what to do.
 
-Our own writes and lox's raise ``OSError(ENOSPC)``; orbax's tensorstore writer raises a ``ValueError``
+Our own writes and lox's raise ``OSError(ENOSPC)``; orbax's tensorstore writer raises a
+``ValueError``
 whose text starts with ``RESOURCE_EXHAUSTED`` and quotes the file. XLA reports running out of memory
 as ``RESOURCE_EXHAUSTED`` too, so that text alone is not a full disk: the quoted file's filesystem
 must be short of space. Either may be the ``__context__``

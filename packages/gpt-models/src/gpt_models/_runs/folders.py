@@ -1,6 +1,7 @@
 """Run folders: naming a new one, recognising an existing one, writing into it, loading from it.
 
-A run folder ``<out>/<name>/`` holds ``config.toml`` (the resolved config), ``checkpoints/`` (orbax),
+A run folder ``<out>/<name>/`` holds ``config.toml`` (the resolved config), ``checkpoints/``
+(orbax),
 ``metrics/`` (lox ``SaveLogger``), ``loss.png`` and ``sample.txt``. Nothing is written outside it.
 """
 
@@ -68,9 +69,20 @@ _EARLY_NAMES = frozenset(
 )
 # The files and folders a run writes; none of them may be a symbolic link (a write would land
 # wherever it points).
-_RUN_NAMES = ("lock", "config.toml", "checkpoints", "metrics", "metrics.csv", "loss.png",
-              "sample.txt", "tokenizer.json", "chat_format.json", "tensorboard", "profile",
-              "train.log")  # fmt: skip
+_RUN_NAMES = (
+    "lock",
+    "config.toml",
+    "checkpoints",
+    "metrics",
+    "metrics.csv",
+    "loss.png",
+    "sample.txt",
+    "tokenizer.json",
+    "chat_format.json",
+    "tensorboard",
+    "profile",
+    "train.log",
+)
 
 
 def check_run_target(run: Path, *, resume: bool) -> None:
@@ -186,7 +198,8 @@ def new_folder(
             inside = err.filename and Path(err.filename).is_relative_to(path)
             where = f": {err.filename}" if err.filename and not inside else ""
             raise UsageError(
-                f"{what} {shown or path}: writing failed ({err.strerror or err}{where}); nothing was left "
+                f"{what} {shown or path}: writing failed ({err.strerror or err}{where}); nothing "
+                f"was left "
                 f"behind. {write_fix}"
             ) from err
         raise
@@ -207,12 +220,14 @@ def run_config(run_dir: str | Path, *, flag: str = "--run") -> Config:
 def load_run(run_dir: str | Path, config: Config | None = None) -> tuple[Config, Any, int]:
     """``(config, params, step)`` of a run folder's newest readable checkpoint, on one device.
 
-    Only the ``params`` item is read: the optimizer state (for Adam, twice the params) stays on disk.
+    Only the ``params`` item is read: the optimizer state (for Adam, twice the params) stays on
+    disk.
     A damaged newest checkpoint falls back to the previous one with a warning.
 
     Args:
         run_dir: a folder made by ``gpt train`` (``config.toml`` and ``checkpoints/``).
-        config: the config to restore with (default: the run's ``config.toml``); ``gpt sample --set``
+        config: the config to restore with (default: the run's ``config.toml``); ``gpt sample
+        --set``
             passes the run's config with its overrides.
 
     Raises:
@@ -224,7 +239,9 @@ def load_run(run_dir: str | Path, config: Config | None = None) -> tuple[Config,
         >>> tiny = PRESETS["tiny"]
         >>> cfg = dataclasses.replace(
         ...     tiny,
-        ...     model=dataclasses.replace(tiny.model, seq_len=32, d_model=32, n_layers=1, n_heads=2),
+        ...     model=dataclasses.replace(
+        ...         tiny.model, seq_len=32, d_model=32, n_layers=1, n_heads=2
+        ...     ),
         ...     train=dataclasses.replace(tiny.train, steps=2, batch_size=8, warmup_steps=1,
         ...                               eval_batches=1),
         ... )
@@ -235,7 +252,8 @@ def load_run(run_dir: str | Path, config: Config | None = None) -> tuple[Config,
         (True, 2)
     """
     cfg = run_config(run_dir) if config is None else config
-    # Sampling and eval run on one device whatever mesh the run trained on: orbax reshards on restore.
+    # Sampling and eval run on one device whatever mesh the run trained on: orbax reshards on
+    # restore.
     cfg = dataclasses.replace(cfg, mesh=MeshConfig(data=1, fsdp=1, tensor=1))
     mesh = single_device_mesh()
     ckpt = Checkpointer(Path(run_dir) / "checkpoints", keep=cfg.train.keep_checkpoints)

@@ -35,7 +35,8 @@ _WRITTEN = ("checkpoints", "metrics", "tensorboard", "profile")
 
 @dataclasses.dataclass(frozen=True)
 class Launch:
-    """What :func:`check_launch` found: the step the run trains from, and what to say of its records.
+    """What :func:`check_launch` found: the step the run trains from, and what to say of its
+    records.
 
     ``records`` maps a record (``metrics``, ``metrics.csv``, ``tensorboard``) to why it cannot be
     continued as it is; :func:`carry_records` acts on it once the launch is accepted.
@@ -134,8 +135,10 @@ def carry_records(run: Path, launch: Launch, stream: TextIO) -> None:
             then = "it is written again from metrics/ when training ends"
         else:
             then = f"a new TensorBoard log starts at step {at + 1}"
-        print(f"note: resuming {run}: {why}; {then}. Training continues from checkpoint "
-              f"step {at}.", file=stream)  # fmt: skip
+        print(
+            f"note: resuming {run}: {why}; {then}. Training continues from checkpoint step {at}.",
+            file=stream,
+        )
 
 
 def _free_name(run: Path, base: str) -> Path:

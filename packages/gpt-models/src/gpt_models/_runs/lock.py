@@ -92,7 +92,8 @@ def check_not_in_use(run: Path) -> None:
 
 
 def _open_locked(path: Path) -> int:
-    """An fd of ``path`` holding its exclusive flock, or RunInUseError if another process holds it."""
+    """An fd of ``path`` holding its exclusive flock, or RunInUseError if another process holds
+    it."""
     while True:
         try:
             # O_NOFOLLOW: a lock that is a symbolic link would truncate whatever it points to.
@@ -102,7 +103,8 @@ def _open_locked(path: Path) -> int:
                 raise
             raise UsageError(
                 f"Run folder lock {path} is a symbolic link (to {os.readlink(path)}); it is not "
-                "followed, since taking the lock writes the file. Remove the link, then launch again."
+                "followed, since taking the lock writes the file. Remove the link, then launch "
+                "again."
             ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

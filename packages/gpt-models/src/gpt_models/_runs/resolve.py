@@ -97,7 +97,8 @@ def resolve_paths(cfg: Config) -> Config:
 
 
 def _resolve_source(i: int, src: DataSource) -> DataSource:
-    """A source of ``data.sources`` as ``data.path`` is resolved: absolute, its kind and name set."""
+    """A source of ``data.sources`` as ``data.path`` is resolved: absolute, its kind and name
+    set."""
     path = absolute(src.path)
     if not Path(path).exists():
         raise missing_source(i, dataclasses.replace(src, path=path))
@@ -131,7 +132,8 @@ def check_resume_model(run: Path, saved_cfg: Config, cfg: Config) -> None:
     for key in ARCH_KEYS:
         if getattr(model, key) != getattr(saved, key):
             raise ConfigError(
-                f"gpt train --resume {run} --set model.{key}={getattr(model, key)!r}: a resumed run "
+                f"gpt train --resume {run} --set model.{key}={getattr(model, key)!r}: a resumed "
+                f"run "
                 f"keeps its architecture, and this run has model.{key} = "
                 f"{getattr(saved, key)!r}. Drop that --set (train/data/sample keys and "
                 f"model.{'/'.join(FREE_KEYS)} may change), or train the other architecture as a "

@@ -46,8 +46,9 @@ def append_inside(folder: Path, name: str, text: str) -> Path | None:
     return folder / name
 
 
-def log_failure(run: Path, step: int | None, err: BaseException, *, chain: bool,
-                lines: list[str] | None = None) -> Path | None:  # fmt: skip
+def log_failure(
+    run: Path, step: int | None, err: BaseException, *, chain: bool, lines: list[str] | None = None
+) -> Path | None:
     """Append ``err`` to ``run/errors.log``: time, step, message, and with ``chain`` the traceback.
 
     ``step``: the last step the run started (``None``: before the first). ``chain``: add the

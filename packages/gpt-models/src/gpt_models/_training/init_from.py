@@ -63,8 +63,9 @@ def _with_fresh_adapters(cfg: Config, base: bx.Params, key: Any, mesh: Mesh) -> 
     if model is model.base:  # no LoRA
         return base
     init = init_fn(model)
-    adapters = ps.init_sharded(lambda k: init(k).split(lambda p, _: is_adapter(p))[0], key, mesh,
-                               RULES)  # fmt: skip
+    adapters = ps.init_sharded(
+        lambda k: init(k).split(lambda p, _: is_adapter(p))[0], key, mesh, RULES
+    )
     structure = jax.eval_shape(init, key)  # the run's order, flags and metadata
     values = {**{p: base[p].value for p in base}, **{p: adapters[p].value for p in adapters}}
     return bx.Params(

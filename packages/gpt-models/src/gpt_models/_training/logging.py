@@ -1,4 +1,5 @@
-"""Where a run's metrics go: ``metrics/`` in the run folder (lox ``SaveLogger``), wandb, TensorBoard."""
+"""Where a run's metrics go: ``metrics/`` in the run folder (lox ``SaveLogger``), wandb,
+TensorBoard."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def check_wandb(cfg: Config) -> None:
 
 
 def check_tensorboard(cfg: Config) -> None:
-    """Fail before anything is written when ``log.tensorboard`` is on and tensorboardX is missing."""
+    """Fail before anything is written when ``log.tensorboard`` is on and tensorboardX is
+    missing."""
     if not cfg.log.tensorboard:
         return
     try:

@@ -1,4 +1,5 @@
-"""The training loop: :func:`run_training` trains a resolved run with its plan and the command's hooks,
+"""The training loop: :func:`run_training` trains a resolved run with its plan and the command's
+hooks,
 from scratch or from its last checkpoint.
 
 Around the jitted step it restores or initialises the state, takes the run lock, keeps the run's

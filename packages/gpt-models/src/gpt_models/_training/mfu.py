@@ -51,10 +51,12 @@ PEAK_FLOPS: Mapping[str, float] = {
 
 
 def peak_flops(devices: Sequence[Any], compute_dtype: Any, override: float = 0.0) -> float | None:
-    """Total peak FLOP/s of ``devices`` for MFU, or ``None`` when it is unknown (no MFU is shown then).
+    """Total peak FLOP/s of ``devices`` for MFU, or ``None`` when it is unknown (no MFU is shown
+    then).
 
     Args:
-        devices: the mesh's devices (``jax.Device``; only ``device_kind`` and ``platform`` are read).
+        devices: the mesh's devices (``jax.Device``; only ``device_kind`` and ``platform`` are
+        read).
         compute_dtype: the model's compute dtype; float32 on a GPU halves the peak (TF32).
         override: FLOP/s per device (``log.peak_flops``); used when positive, on any device.
 

@@ -1,6 +1,7 @@
 """Muon for the hidden weight matrices, AdamW for the rest (``train.optimizer = "muon"``).
 
-Muon orthogonalises each matrix's momentum with a few Newton-Schulz iterations; it is defined for the
+Muon orthogonalises each matrix's momentum with a few Newton-Schulz iterations; it is defined for
+the
 matrices that map one hidden representation to another. The embedding table (a lookup, not a matrix
 product), the untied output head, the position table and the norm scales are trained by AdamW, as in
 the Muon reference recipe. We use optax's implementation (``optax.contrib.muon``).
@@ -23,7 +24,8 @@ MIN_OPTAX = "0.2.7"
 # dimension numbers (0.2.6) and consistent_rms (0.2.7).
 _NEEDED_ARGS = ("muon_weight_dimension_numbers", "consistent_rms", "adam_weight_decay")
 
-# Update RMS that makes a Muon step as large as an AdamW step (Liu et al. 2025, "Muon is scalable for
+# Update RMS that makes a Muon step as large as an AdamW step (Liu et al. 2025, "Muon is scalable
+# for
 # LLM training"): with it, train.lr and train.weight_decay mean the same for both optimizers, so a
 # config switches optimizer without retuning the learning rate.
 _ADAMW_MATCHED_RMS = 0.2
@@ -59,7 +61,8 @@ def _require_muon() -> None:
     version = getattr(optax, "__version__", "unknown")
     raise ConfigError(
         f"train.optimizer = 'muon' needs optax >= {MIN_OPTAX} (optax.contrib.muon with per-matrix "
-        f"dimension numbers and consistent_rms); the installed optax is {version}. Upgrade it, e.g. "
+        f"dimension numbers and consistent_rms); the installed optax is {version}. Upgrade it, "
+        f"e.g. "
         f"`uv pip install -U 'optax>={MIN_OPTAX}'`, or train with --set train.optimizer=adamw."
     )
 
@@ -124,13 +127,16 @@ def make_muon(
 ) -> optax.GradientTransformation:
     """Muon on the hidden matrices; AdamW (``b1``, ``b2``) on the rest, one learning-rate schedule.
 
-    Muon keeps optax's defaults (Nesterov momentum 0.95, 5 Newton-Schulz steps), the reference values.
+    Muon keeps optax's defaults (Nesterov momentum 0.95, 5 Newton-Schulz steps), the reference
+    values.
 
     Raises:
-        ConfigError: the installed optax has no suitable Muon (the message names the version needed).
+        ConfigError: the installed optax has no suitable Muon (the message names the version
+        needed).
     """
     _require_muon()
-    # AdamW's leaves are embeddings and norm scales: no weight decay (decaying a norm scale towards 0
+    # AdamW's leaves are embeddings and norm scales: no weight decay (decaying a norm scale towards
+    # 0
     # fights the normalisation; the reference recipe does not decay embeddings either).
     return optax.contrib.muon(
         schedule,

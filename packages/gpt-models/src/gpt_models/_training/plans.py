@@ -160,12 +160,21 @@ def plan_step(
     ]
     micro = t.batch_size // t.grad_accum
     return Plan(
-        command="gpt train", compiled=compiled, memory=mem, budget=budget, devices=len(devices),
+        command="gpt train",
+        compiled=compiled,
+        memory=mem,
+        budget=budget,
+        devices=len(devices),
         program=f"train step (micro-batch {micro} of {m.seq_len} tokens, model.remat={m.remat})",
-        params=params, param_bytes=param_bytes, compile_s=seconds, cfg=cfg,
-        knob=_micro_batches(cfg, mesh, mem, tree_bytes(trainable)), lines=lines,
-        baseline=baseline, stream=stream,
-    )  # fmt: skip
+        params=params,
+        param_bytes=param_bytes,
+        compile_s=seconds,
+        cfg=cfg,
+        knob=_micro_batches(cfg, mesh, mem, tree_bytes(trainable)),
+        lines=lines,
+        baseline=baseline,
+        stream=stream,
+    )
 
 
 def _micro_batches(cfg: Config, mesh: Mesh, mem: StepMemory | None, trained_bytes: int) -> Knob:
@@ -176,8 +185,11 @@ def _micro_batches(cfg: Config, mesh: Mesh, mem: StepMemory | None, trained_byte
     """
     t = cfg.train
     shards = mesh.shape["data"] * mesh.shape["fsdp"] * jax.process_count()
-    accums = [g for g in range(t.grad_accum, t.batch_size + 1)
-              if t.batch_size % g == 0 and (t.batch_size // g) % shards == 0]  # fmt: skip
+    accums = [
+        g
+        for g in range(t.grad_accum, t.batch_size + 1)
+        if t.batch_size % g == 0 and (t.batch_size // g) % shards == 0
+    ]
     rows = lambda g: t.batch_size / g
 
     def need(g: int) -> int | None:
@@ -200,9 +212,11 @@ def _micro_batches(cfg: Config, mesh: Mesh, mem: StepMemory | None, trained_byte
                 "more devices (mesh.fsdp)."
             )
         most = accums[-1] if accums else t.grad_accum
-        remat = "" if cfg.model.remat == "full" else (
-            "model.remat=full (activations recomputed in the backward pass), "
-        )  # fmt: skip
+        remat = (
+            ""
+            if cfg.model.remat == "full"
+            else ("model.remat=full (activations recomputed in the backward pass), ")
+        )
         if (
             remat
             and mem
@@ -218,13 +232,21 @@ def _micro_batches(cfg: Config, mesh: Mesh, mem: StepMemory | None, trained_byte
             f"Even a micro-batch of {t.batch_size // most} sequence(s) is estimated not to fit "
             f"(the estimate errs high: gpt train --dry-run --set train.grad_accum={most} measures "
             f"it). Try {remat}a smaller model (model.d_model, model.n_layers), a shorter "
-            "model.seq_len, or more devices with mesh.fsdp to shard the state; --dry-run checks each."
+            "model.seq_len, or more devices with mesh.fsdp to shard the state; --dry-run checks "
+            "each."
         )
 
     return Knob(
-        name="train.grad_accum", values=accums or [t.grad_accum], size=rows, need=need,
-        compiles=False, how="estimated from the compiled step's memory analysis",
-        setting=lambda g: f"--set train.grad_accum={g} (micro-batch {t.batch_size // g}, the same "
-        f"train.batch_size = {t.batch_size})",
-        none_fits=none_fits, suffix=" Or use more devices (mesh.fsdp shards the state).",
-    )  # fmt: skip
+        name="train.grad_accum",
+        values=accums or [t.grad_accum],
+        size=rows,
+        need=need,
+        compiles=False,
+        how="estimated from the compiled step's memory analysis",
+        setting=lambda g: (
+            f"--set train.grad_accum={g} (micro-batch {t.batch_size // g}, the same "
+            f"train.batch_size = {t.batch_size})"
+        ),
+        none_fits=none_fits,
+        suffix=" Or use more devices (mesh.fsdp shards the state).",
+    )

@@ -36,9 +36,18 @@ class Progress:
     nats per token when the data's bytes are unknown (``bytes_per_token=None``).
     """
 
-    def __init__(self, total: int, start: int, tokens_per_step: int, flops_per_token: float, peak: float | None,
-                 *, every: int, stream: TextIO | None = None,
-                 bytes_per_token: float | None = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        total: int,
+        start: int,
+        tokens_per_step: int,
+        flops_per_token: float,
+        peak: float | None,
+        *,
+        every: int,
+        stream: TextIO | None = None,
+        bytes_per_token: float | None = 1.0,
+    ) -> None:
         self.total, self.start, self.every = total, start, every
         self.tokens_per_step, self.flops_per_token, self.peak = (
             tokens_per_step,
@@ -64,7 +73,8 @@ class Progress:
             return
 
     def rates(self, step: int) -> tuple[float, float]:
-        """(tokens/s, MFU) averaged since the first timed step; MFU is NaN when the peak is unknown."""
+        """(tokens/s, MFU) averaged since the first timed step; MFU is NaN when the peak is
+        unknown."""
         if self.timer_start is None or step <= self.timer_steps:
             return 0.0, (0.0 if self.peak else math.nan)
         elapsed = max(time.perf_counter() - self.timer_start, 1e-9)
@@ -104,7 +114,8 @@ def plot_losses(metrics: Any, path: str | Path, bytes_per_token: float | None = 
     """Save a PNG of the train loss per step and the val loss at each evaluation (nats per byte).
 
     ``val_loss`` is logged per byte already; the train loss (per token) is divided by the validation
-    split's ``bytes_per_token`` so both curves share a unit. With unknown bytes (a ``.bin`` without a
+    split's ``bytes_per_token`` so both curves share a unit. With unknown bytes (a ``.bin`` without
+    a
     sidecar, ``None``) both stay per token.
 
     ``metrics`` is a lox logdict, e.g. ``lox.load("runs/<name>/metrics/run_0")``; a step logged

@@ -1,4 +1,5 @@
-"""The train state, the optimizer and the jitted train/eval steps (pure; the loop is in ``loop.py``).
+"""The train state, the optimizer and the jitted train/eval steps (pure; the loop is in
+``loop.py``).
 
 Metrics are not returned by hand: the step calls ``lox.log`` where a value is computed (inside the
 micro-batch scan too) and ``lox.spool`` turns those sites into a second output of the jitted step.
@@ -41,7 +42,8 @@ class TrainState:
     ``params`` are all the model's weights; the optimizer state is kept for the trainable ones
     only (``params.split()``: with LoRA the adapters, the frozen base weights have none).
 
-    ``rng`` is raw key data (``uint32[2]``) so that orbax can store it; the data position is the step
+    ``rng`` is raw key data (``uint32[2]``) so that orbax can store it; the data position is the
+    step
     itself, because batches are a pure function of ``(train.seed, step)``. Dropout keys are
     ``fold_in(fold_in(rng, step), micro_batch)`` (:func:`dropout_key`), so a resumed run draws
     the masks the uninterrupted one would have.
@@ -54,7 +56,8 @@ class TrainState:
 
 
 def make_schedule(t: TrainConfig) -> optax.Schedule:
-    """Linear warmup from 0 to ``lr`` over ``warmup_steps``, then cosine decay to ``lr * min_lr_ratio``.
+    """Linear warmup from 0 to ``lr`` over ``warmup_steps``, then cosine decay to ``lr *
+    min_lr_ratio``.
 
     Example:
         >>> from gpt_models import TrainConfig
@@ -72,7 +75,8 @@ def make_schedule(t: TrainConfig) -> optax.Schedule:
 
 
 def _global_norm(tree: Any) -> jax.Array:
-    # Written out: optax renamed its helper twice (global_norm -> tree_l2_norm -> tree_norm) within the
+    # Written out: optax renamed its helper twice (global_norm -> tree_l2_norm -> tree_norm) within
+    # the
     # versions we support, each rename with a DeprecationWarning.
     return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)))
 
@@ -137,7 +141,7 @@ def make_optimizer(t: TrainConfig) -> optax.GradientTransformation:
     )
 
 
-# ----------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Shardings of the state
 
 
@@ -236,7 +240,8 @@ def init_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh)
         >>> cfg = PRESETS["tiny"]
         >>> mesh = make_mesh(MeshConfig(data=-1), jax.devices()[:1])
         >>> state = init_state(cfg, make_optimizer(cfg.train), mesh)
-        >>> int(state.step), state.params["gpt", "model", "embed", "embedding"].value.sharding.mesh == mesh
+        >>> embedding = state.params["gpt", "model", "embed", "embedding"].value
+        >>> int(state.step), embedding.sharding.mesh == mesh
         (0, True)
     """
     key = jax.random.key(cfg.train.seed)
@@ -256,7 +261,7 @@ def init_opt_state(
     return jax.jit(optimizer.init, out_shardings=shardings.opt_state)(params.split()[0])
 
 
-# ----------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Steps
 
 
@@ -274,15 +279,30 @@ def dropout_key(rng: jax.Array, step: jax.Array, micro_batch: Any) -> jax.Array:
     return jax.random.fold_in(key, micro_batch)
 
 
-def _loss_and_rows(params: Any, batch: jax.Array, *, config: Any, constrain: Any, rows: bool,
-                   dropout_key: jax.Array | None = None) -> tuple[jax.Array, Any]:  # fmt: skip
+def _loss_and_rows(
+    params: Any,
+    batch: jax.Array,
+    *,
+    config: Any,
+    constrain: Any,
+    rows: bool,
+    dropout_key: jax.Array | None = None,
+) -> tuple[jax.Array, Any]:
     """The mean loss (what is differentiated) and, with ``rows``, each row's mean (else None)."""
     losses = token_losses(params, batch, config, constrain, dropout_key=dropout_key)
     return losses.mean(), losses.mean(axis=-1) if rows else None
 
 
-def _packed_objective(params: Any, batch: Any, *, config: Any, constrain: Any, rows: bool,
-                      total: jax.Array, dropout_key: jax.Array | None = None) -> tuple[jax.Array, Any]:  # fmt: skip
+def _packed_objective(
+    params: Any,
+    batch: Any,
+    *,
+    config: Any,
+    constrain: Any,
+    rows: bool,
+    total: jax.Array,
+    dropout_key: jax.Array | None = None,
+) -> tuple[jax.Array, Any]:
     """This micro-batch's share of the global batch's masked loss (its sum over the global
     ``total`` weight: the shares' gradients add up to the whole loss's), with its sums."""
     sums, row_loss = packed_sums(

@@ -155,10 +155,15 @@ class StepLoop:
         """Step ``step``'s batch on the mesh: token ids, or a dict of them (a packed batch)."""
         t = self.cfg.train
         local = train_batch(
-            self.dataset.train, step, seed=t.seed, batch_size=t.batch_size,
-            grad_accum=t.grad_accum, seq_len=self.cfg.model.seq_len,
-            process_index=jax.process_index(), process_count=jax.process_count(),
-        )  # fmt: skip
+            self.dataset.train,
+            step,
+            seed=t.seed,
+            batch_size=t.batch_size,
+            grad_accum=t.grad_accum,
+            seq_len=self.cfg.model.seq_len,
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+        )
         return place_batch(local, self.mesh, MICRO_BATCH_AXES)
 
     def run(self, state: Any, stop: dict[str, int]) -> Any:
@@ -265,5 +270,6 @@ def _diverged_message(cfg: Config, step: int, loss: float, ckpt: Checkpointer) -
         f"Training diverged: the loss is {loss} at step {step + 1}. The run stopped; {where}. "
         f"This usually means the learning rate is too high for this model and batch (train.lr = "
         f"{cfg.train.lr:g}). Try --set train.lr={cfg.train.lr / 3:.2g}, a longer warmup "
-        f"(train.warmup_steps = {cfg.train.warmup_steps}) or a smaller train.grad_clip, in a new run."
+        f"(train.warmup_steps = {cfg.train.warmup_steps}) or a smaller train.grad_clip, in a new "
+        f"run."
     )
