@@ -130,3 +130,26 @@ def test_each_subpackage_names_its_modules(subpackage):
         and f"``{p.name}``" not in doc
     ]  # fmt: skip
     assert not unnamed, f"{subpackage}/__init__.py's docstring does not say what {unnamed} hold"
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    args = fn.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    return len(names) + (args.vararg is not None) + (args.kwarg is not None)
+
+
+def test_no_private_function_takes_more_than_eight_parameters():
+    # Values travel as named bundles (a Run, a TrainPlan, Hooks, Sampling), not as 13- and
+    # 15-argument calls. The public API keeps its documented signatures (generate has 10).
+    public = set(gpt_models.__all__)
+    long = [
+        f"{path.relative_to(PACKAGE)}:{node.name} ({_parameters(node)})"
+        for path in _modules()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and _parameters(node) > 8
+        and node.name not in public
+    ]
+    assert not long, f"functions with more than 8 parameters: {long}"

@@ -96,7 +96,9 @@ def test_metrics_cover_every_checkpoint_after_kill_9(tmp_path, small_args):
             "--set", "train.steps=6", "--set", "train.checkpoint_every=2", "--set", "log.every=1"]  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-c", _KILLED_AFTER_SECOND_CHECKPOINT, *args],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 9, proc.stderr
     logs = lox.load(tmp_path / "run" / "metrics" / "run_0")
