@@ -203,7 +203,7 @@ class Interpreter(HigherOrderRules):
 
     def unknown_primitive(self, eqn: Any, inside: list[Any]) -> NoReturn:
         """``eqn``'s primitive holds a jaxpr no rule enters, with equations of ruled primitives
-        (``inside``, one per primitive) in it; binding it unchanged would skip them."""
+        (``inside``, in program order) in it; binding it unchanged would skip them."""
         raise unknown_primitive_error(eqn, inside)
 
     # --- emitted values dropped ----------------------------------------------------------

@@ -27,8 +27,8 @@ class UnknownPrimitiveError(NotImplementedError):
 
 
 def rewritten_inside(jaxprs: Iterable[Any], rules: Mapping[Any, Any]) -> list[Any]:
-    """One equation per ruled primitive found in ``jaxprs`` at any depth, in program order."""
-    found: dict[Any, Any] = {}
+    """Every equation of a ruled primitive in ``jaxprs``, at any depth, in program order."""
+    found: list[Any] = []
     seen: set[int] = set()
 
     def walk(j: Any) -> None:
@@ -38,20 +38,20 @@ def rewritten_inside(jaxprs: Iterable[Any], rules: Mapping[Any, Any]) -> list[An
         jaxpr = compat.jaxpr_and_consts(j)[0] if isinstance(j, compat.ClosedJaxpr) else j
         for eqn in jaxpr.eqns:
             if eqn.primitive in rules:
-                found.setdefault(eqn.primitive, eqn)
+                found.append(eqn)
             for sub in compat.sub_jaxprs(eqn.params):
                 walk(sub)
 
     for j in jaxprs:
         walk(j)
-    return list(found.values())
+    return found
 
 
 def unknown_primitive_error(eqn: Any, inside: list[Any]) -> UnknownPrimitiveError:
     """The interpreter's error for ``eqn``, with ``inside`` from :func:`rewritten_inside`."""
     from . import __version__
 
-    ruled = ", ".join(str(e.primitive) for e in inside)
+    ruled = ", ".join(dict.fromkeys(str(e.primitive) for e in inside))
     return UnknownPrimitiveError(
         f"Interpreter: the higher-order primitive {compat.primitive_name(eqn)} holds a jaxpr "
         f"that no rule of this interpreter enters, and equations its rules rewrite ({ruled}) "
