@@ -105,6 +105,8 @@ def test_calling_a_traced_function_is_entered():
     # A jax.stages.Traced called inside a traced function binds eval_jaxpr from JAX 0.12
     # (earlier releases inline it): either way its equations are rewritten.
     traced = jax.jit(lambda v: jnp.sin(v) * 2.0).trace(XS)
+    if not callable(traced):
+        pytest.skip(f"a Traced cannot be called on JAX {jax.__version__}")
     out, emitted = Interpreter({lax.sin_p: _emit_sin_inputs}).transform(lambda v: traced(v))(XS)
     np.testing.assert_allclose(out, jnp.sin(XS) * 2.0, rtol=1e-6)
     assert len(emitted) == 1

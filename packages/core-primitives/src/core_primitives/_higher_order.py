@@ -46,7 +46,7 @@ class HigherOrderRules:
         # A new higher-order primitive is one entry here and one rule below. Keys are
         # primitives, or for JAX's hijax applications the class of the object they apply
         # (compat.rule_key); compat gives None for what the installed JAX lacks.
-        rules = {
+        rules: dict[Any, Callable[[Context, Any, list[Any]], list[Any]]] = {
             compat.jit_p: self._jit,
             compat.closed_call_p: self._closed_call,
             compat.eval_jaxpr_p: self._closed_call,  # 0.12+ (there it is closed_call_p)

@@ -23,6 +23,21 @@ class UnknownPrimitiveError(NotImplementedError):
     Raised instead of binding the primitive unchanged, which would skip those equations (for
     ``lox``, lose log sites) without a word. The message names the primitive, the JAX version
     and the way out: pin JAX, or report it; for a primitive of your own, give it a rule.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, jax.extend.core as jex
+        >>> from jax import lax
+        >>> from core_primitives import Interpreter, UnknownPrimitiveError
+        >>> my_call_p = jex.Primitive("my_call")  # a higher-order primitive with no rule
+        >>> my_call_p.multiple_results = True
+        >>> _ = my_call_p.def_abstract_eval(lambda *avals, body: body.out_avals)
+        >>> f = lambda x: my_call_p.bind(x, body=jax.make_jaxpr(jnp.sin)(x))[0]
+        >>> keep = lambda ctx, eqn, invals: ctx.bind(eqn, invals)
+        >>> try:
+        ...     Interpreter({lax.sin_p: keep}).transform(f)(1.0)
+        ... except UnknownPrimitiveError as err:
+        ...     print(str(err)[:61])
+        Interpreter: the higher-order primitive my_call holds a jaxpr
     """
 
 

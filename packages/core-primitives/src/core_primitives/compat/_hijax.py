@@ -21,28 +21,31 @@ from typing import Any
 
 import jax
 import jax.extend.core as jex_core
+from jax._src import core as _core
 
+_hijax: Any = None
 try:  # 0.10+ (the flags' first releases); 0.7.2 .. 0.9 have none of this
-    from jax._src import hijax as _hijax
+    from jax._src import hijax as _hijax_module
+
+    _hijax = _hijax_module
 except ImportError:  # pragma: no cover - JAX 0.7.2 .. 0.9
-    _hijax = None
+    pass
 # The base class of the objects ``_prim`` holds: ``HiPrim`` from 0.12, ``VJPHiPrimitive`` on 0.10.
 HiPrim: Any = getattr(_hijax, "HiPrim", None) or getattr(_hijax, "VJPHiPrimitive", None)
 call_hi_primitive_p: Any = getattr(_hijax, "call_hi_primitive_p", None)
 CustomVJPTraced: Any = getattr(_hijax, "CustomVJPTraced", None)
 CustomJVPTraced: Any = getattr(_hijax, "CustomJVPTraced", None)  # 0.12+
+RematTraced: Any = None
+Scan3: Any = None
 if call_hi_primitive_p is not None:
-    from jax._src.ad_checkpoint import RematTraced as RematTraced
-    from jax._src.lax.control_flow.loops import Scan3 as Scan3
-else:  # pragma: no cover - JAX 0.7.2 .. 0.9
-    RematTraced = Scan3 = None
+    from jax._src import ad_checkpoint as _ad_checkpoint
+    from jax._src.lax.control_flow import loops as _loops
+
+    RematTraced, Scan3 = _ad_checkpoint.RematTraced, _loops.Scan3
 
 # ``eval_jaxpr``: the call primitive a ``jax.stages.Traced`` binds when called, 0.12+ (where it is
 # also ``closed_call_p``: one object, one rule). ``None`` where JAX does not have it.
-try:
-    from jax._src.core import eval_jaxpr_p as eval_jaxpr_p
-except ImportError:  # pragma: no cover - JAX 0.7.2 .. 0.11
-    eval_jaxpr_p = None
+eval_jaxpr_p: Any = getattr(_core, "eval_jaxpr_p", None)
 
 # The releases whose higher-order primitives the interpreter knows (and so, those it supports).
 SUPPORTED_JAX = "0.7.2 .. 0.12.x"

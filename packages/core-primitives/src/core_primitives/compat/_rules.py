@@ -17,10 +17,13 @@ from jax._src.interpreters import partial_eval as _pe
 
 from ._jaxpr import cond_p, is_literal, while_p
 
+_remat3: Any = None
 try:  # 0.10+: the remat transform of jax_remat3 (jax.checkpoint as a hijax primitive)
-    from jax._src.interpreters import remat as _remat3
+    from jax._src.interpreters import remat as _remat3_module
+
+    _remat3 = _remat3_module
 except ImportError:  # pragma: no cover - JAX 0.7.2 .. 0.9
-    _remat3 = None
+    pass
 
 
 def register_lowering(prim: Any, impl: Callable[..., Any], *, multiple_results: bool) -> None:
