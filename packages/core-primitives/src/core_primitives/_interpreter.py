@@ -163,7 +163,8 @@ class Interpreter(HigherOrderRules):
         if self.rules:
             # A higher-order primitive without a rule is bound unchanged: equations inside it
             # that a rule would rewrite would be skipped silently. Refuse that instead.
-            inside = rewritten_inside(compat.sub_jaxprs(eqn.params), self.rules)
+            jaxprs = compat.sub_jaxprs(eqn.params)
+            inside = rewritten_inside(jaxprs, self.rules) if jaxprs else None
             if inside:
                 self.unknown_primitive(eqn, inside)
         return self.default

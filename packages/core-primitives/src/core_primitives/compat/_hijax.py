@@ -21,6 +21,7 @@ from typing import Any
 
 import jax
 import jax.extend.core as jex_core
+import numpy as np
 from jax._src import core as _core
 
 _hijax: Any = None
@@ -117,17 +118,22 @@ def hi_primal_args(eqn: Any, args: Sequence[Any]) -> list[Any]:
     return list(_hijax.tracing_registry.flatten(drop(*structured))[0])
 
 
-_SCALARS = (bool, int, float, str, type(None))
+# Param types that never hold a jaxpr: most params, and the items of shape tuples. Exact types,
+# looked up in a set: this runs on every equation without a rule, so it is kept cheap.
+_PLAIN = frozenset({bool, int, float, str, type(None), np.dtype})
+_JAXPRS = (jex_core.Jaxpr, jex_core.ClosedJaxpr)
 
 
 def _jaxprs_in(value: Any, found: list[Any]) -> None:
-    if isinstance(value, _SCALARS):  # most params (and the items of shape tuples)
+    kind = type(value)
+    if kind in _PLAIN:
         return
-    if isinstance(value, jex_core.Jaxpr | jex_core.ClosedJaxpr):
-        found.append(value)
-    elif isinstance(value, tuple | list):
+    if kind is tuple or kind is list:
         for v in value:
-            _jaxprs_in(v, found)
+            if type(v) not in _PLAIN:
+                _jaxprs_in(v, found)
+    elif isinstance(value, _JAXPRS):
+        found.append(value)
     elif HiPrim is not None and isinstance(value, HiPrim):
         for v in value.params.values():
             _jaxprs_in(v, found)
@@ -142,7 +148,8 @@ def sub_jaxprs(params: dict[str, Any]) -> list[Any]:
     """
     found: list[Any] = []
     for v in params.values():
-        _jaxprs_in(v, found)
+        if type(v) not in _PLAIN and not isinstance(v, np.dtype):
+            _jaxprs_in(v, found)
     return found
 
 
