@@ -16,6 +16,9 @@ runs there, `floors` and `integration` included, and the docs session's doctests
 `wheels` session copies it next to the copied tests folders (`--confcutdir`), so installed
 wheels are tested the same way. JAX is imported lazily, inside the hooks, for the same reason.
 
+JAX's next primitives: `JAX_NEXT_FLAGS=jax_scan3` (comma-separated JAX flags) turns those flags on
+for the run (`nox -s next_primitives`); the `next_flag` fixture turns each on for one test.
+
 Fault-injection seams the integration tests need live here too, each a fixture whose docstring names
 the internal it patches (from ``gpt_models.internal``) and why no public route reaches that
 moment, so the test files import public names only (``gpt_sigterm_after_loss_plot``).
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import socket
 from collections.abc import Callable
 
@@ -52,6 +56,94 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "min_devices(n): needs at least n JAX devices; skipped, with the reason, on fewer",
     )
+    config.addinivalue_line(
+        "markers",
+        "next_flag_gap(flag, reason): with that JAX flag on (JAX_NEXT_FLAGS), JAX itself computes "
+        "this test's program wrongly; a strict xfail, so a JAX that fixes it makes the test fail",
+    )
+    _turn_on_next_flags()
+
+
+# --- JAX's next primitives: `JAX_NEXT_FLAGS=jax_scan3,jax_remat3 pytest ...` -----------------
+# JAX 0.12 has opt-in flags that make scan, checkpoint, custom_jvp and custom_vjp bind its next
+# ("hijax") primitives; `nox -s next_primitives` runs the suites once per flag through this
+# variable. A name this JAX does not have is an error: JAX ignores unknown JAX_* variables, so a
+# typo (or a flag JAX removed) would quietly test nothing new.
+_NEXT_FLAGS = [f for f in os.environ.get("JAX_NEXT_FLAGS", "").replace(",", " ").split() if f]
+# JAX's own error for a transformation a next primitive does not implement yet (0.12: grad and
+# vmap of Scan3): in the flag session a test that meets it is an expected failure, not ours.
+_JAX_NOT_IMPLEMENTED = re.compile(r"for (\w+) support, subclass <class '[\w.]*?(\w+)'> must")
+
+
+def _turn_on_next_flags() -> None:
+    if not _NEXT_FLAGS:
+        return
+    import jax
+
+    missing = [f for f in _NEXT_FLAGS if not hasattr(jax.config, f)]
+    if missing:
+        raise pytest.UsageError(
+            f"JAX_NEXT_FLAGS names {missing}, which JAX {jax.__version__} does not have. "
+            "Name JAX config flags such as jax_scan3 (comma-separated), on a JAX that has them "
+            "(0.12+), or unset JAX_NEXT_FLAGS."
+        )
+    for flag in _NEXT_FLAGS:
+        jax.config.update(flag, True)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return f"JAX_NEXT_FLAGS: {', '.join(_NEXT_FLAGS)} on" if _NEXT_FLAGS else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in item.iter_markers("next_flag_gap"):
+            flag, reason = marker.args
+            if flag in _NEXT_FLAGS:
+                item.add_marker(pytest.mark.xfail(strict=True, reason=f"{flag}: {reason}"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    outcome = yield
+    report = outcome.get_result()
+    if not (_NEXT_FLAGS and report.when == "call" and report.failed and call.excinfo):
+        return
+    if not call.excinfo.errisinstance(NotImplementedError):
+        return
+    found = _JAX_NOT_IMPLEMENTED.search(str(call.excinfo.value))
+    if found is not None:
+        report.outcome = "skipped"
+        report.wasxfail = f"JAX does not implement {found[1]} of {found[2]} yet"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "next_flag" in metafunc.fixturenames:
+        from core_primitives.compat import NEXT_FLAGS
+
+        metafunc.parametrize("next_flag", NEXT_FLAGS, indirect=True)
+
+
+@pytest.fixture
+def next_flag(request: pytest.FixtureRequest) -> object:
+    """One of JAX's next-primitive flags (``core_primitives.compat.NEXT_FLAGS``), on for the test.
+
+    Each test using it runs once per flag; skipped on a JAX without that flag in the form 0.12
+    defines (``compat.next_flags()``).
+    """
+    import jax
+
+    from core_primitives.compat import next_flags
+
+    flag = request.param
+    if flag not in next_flags():
+        pytest.skip(f"JAX {jax.__version__} has no {flag} flag as JAX 0.12 defines it")
+    before = getattr(jax.config, flag)
+    jax.config.update(flag, True)
+    try:
+        yield flag
+    finally:
+        jax.config.update(flag, before)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -17,6 +17,8 @@ Python 3.11, 3.12 and 3.13 are supported. What the default sessions run, where (
     wheels               3.11     the newest for 3.11       WHEEL_TESTS against each built wheel
     lm_eval              3.11     the locked one (0.10.2)   gpt-models' lm-eval extra (its own
                                                             venv: ~70 packages nothing else needs)
+    next_primitives      3.13     the locked one (0.12)     NEXT_FLAG_SUITES once per JAX flag
+                                                            for its next primitives (NEXT_FLAGS)
 
 A new JAX release is one line: lock it (`uv lock --upgrade-package jax`; `tests` then runs on
 it) and add the version it replaces to JAX_MATRIX, with the Python it needs.
@@ -52,6 +54,7 @@ nox.options.sessions = [
     "docs",
     "wheels",
     "lm_eval",
+    "next_primitives",
 ]
 
 ROOT = h.ROOT
@@ -177,6 +180,27 @@ FLOORS_TESTS = {
     ],
 }
 CI_MODULES = ["check_floors", "release_check", "check_api_docs", "nox_helpers"]  # with doctests
+# `next_primitives`: JAX's opt-in flags for its next ("hijax") primitives, each with the keywords
+# (`pytest -k`) of the tests of what it changes among NEXT_FLAG_SUITES: the interpreter, lox's
+# transformation suites and a blox sample. A flag JAX adds is one entry here and one name in
+# core_primitives.compat.NEXT_FLAGS (the session fails when the two disagree). Where JAX does
+# not implement a transformation of a new primitive, the root conftest reports JAX's own
+# NotImplementedError as an expected failure; tests of programs JAX computes wrongly under a
+# flag carry `next_flag_gap` (strict xfails).
+NEXT_FLAGS = {
+    "jax_scan3": "scan or fori or nested",
+    "jax_remat3": "checkpoint or remat or nested",
+    "jax_custom_vjp3": "custom or nested",
+    "jax_custom_jvp3": "custom or nested",
+}
+NEXT_FLAG_SUITES = [
+    "packages/core-primitives/tests/test_interpreter.py",
+    "packages/lox-logging/tests/test_transforms.py",
+    "packages/lox-logging/tests/test_autodiff_regressions.py",
+    "packages/lox-logging/tests/test_tap_order.py",
+    "packages/lox-logging/tests/test_custom_derivative_sites.py",
+    "packages/blox-params/tests/test_repeat.py",
+]
 
 
 @nox.session(python=PYTHONS[0], venv_backend="none")
@@ -194,6 +218,28 @@ def tests(session: nox.Session) -> None:
     for folder in [*h.package_test_dirs(PACKAGES), "integration_tests"]:
         h.pytest(session, py, folder)
     h.pytest(session, py, ".ci/tests", "--doctest-modules", *(f".ci/{m}.py" for m in CI_MODULES))
+
+
+@nox.session(python=PYTHONS[0], venv_backend="none")
+def next_primitives(session: nox.Session) -> None:
+    """NEXT_FLAG_SUITES once per flag of NEXT_FLAGS (`JAX_NEXT_FLAGS`), on the locked JAX of
+    Python 3.13 (0.12; the newest supported Python there is, as in `tests`)."""
+    python = h.newest_python(session, PYTHONS)
+    venv = h.session_dir(session) / "venv"
+    h.sync_locked(session, venv, "dev", python=python)
+    py = str(venv / "bin" / "python")
+    h.print_jax(session, py)
+    probe = "from core_primitives.compat import NEXT_FLAGS; print(' '.join(NEXT_FLAGS))"
+    compat_flags = str(session.run(py, "-c", probe, env=h.ENV, external=True, silent=True)).split()
+    if compat_flags != list(NEXT_FLAGS):
+        session.error(
+            f"core_primitives.compat.NEXT_FLAGS is {compat_flags}, the noxfile's NEXT_FLAGS "
+            f"{list(NEXT_FLAGS)}: give both the same flags, in the same order"
+        )
+    for flag, keywords in NEXT_FLAGS.items():
+        env = {**h.ENV, "JAX_NEXT_FLAGS": flag}
+        args = [*h.PYTEST, *NEXT_FLAG_SUITES, "-k", keywords, *session.posargs]
+        session.run(py, "-m", *args, env=env, external=True)
 
 
 @nox.session(venv_backend="none")

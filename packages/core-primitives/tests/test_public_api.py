@@ -11,6 +11,7 @@ EXPECTED = {
     "LogicalAxes",
     "Path",
     "RuleOutputError",
+    "UnknownPrimitiveError",
     "bind_eqn",
     "compat",
     "did_you_mean",

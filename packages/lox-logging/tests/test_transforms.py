@@ -12,6 +12,10 @@ from jax import lax
 
 import lox
 
+# Under JAX's jax_scan3 flag (the `next_primitives` nox session), JAX 0.12.0 computes some programs
+# of this file wrongly by itself: those tests are strict expected failures there (docs/lox.md).
+_SCAN3_DROPPED = "JAX 0.12.0's jit drops a Scan3 whose stacked outputs are unused, sites and all"
+
 
 def _site_count(f, *args):
     def count(jaxpr):
@@ -74,6 +78,7 @@ def test_two_events_per_iteration_interleave_row_major():
     np.testing.assert_array_equal(logs.steps["a"]["step"], [0, 0, 1, 1, 2, 2])
 
 
+@pytest.mark.next_flag_gap("jax_scan3", "JAX 0.12.0's Scan3 raises IndexError at length 0")
 def test_reverse_scan_in_index_order_and_empty_scan():
     f = lambda xs: lax.scan(lambda c, x: (lox.log({"x": x}) and c, None), 0, xs, reverse=True)
     _, logs = lox.spool(f)(jnp.arange(3.0))
@@ -287,6 +292,7 @@ def test_tap_in_checkpointed_scan_body_under_grad_and_vmap_fires_once_per_iterat
 
 
 @pytest.mark.parametrize("policy", [None, jax.checkpoint_policies.everything_saveable])
+@pytest.mark.next_flag_gap("jax_scan3", _SCAN3_DROPPED)
 def test_tap_in_a_scan_inside_checkpoint_under_grad_fires_once_per_iteration(policy):
     # A checkpoint around the tapped function, another inside its scan body: remat recomputes
     # the whole scan, callbacks included; the forward copy must fire (a flag-based version once

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ._protocols import LogicalAxes as LogicalAxes
     from ._protocols import has_child_logical_axes as has_child_logical_axes
     from ._protocols import has_logical_axes as has_logical_axes
+    from ._unknown_primitive import UnknownPrimitiveError as UnknownPrimitiveError
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)
 __version__ = "0.1.0"

@@ -43,10 +43,13 @@ class HigherOrderRules:
         def transform(self, fn: Callable[..., Any]) -> Callable[..., tuple[Any, list[Any]]]: ...
 
     def _higher_order_rules(self) -> dict[Any, Callable[[Context, Any, list[Any]], list[Any]]]:
-        # A new higher-order primitive is one entry here and one rule below.
-        return {
+        # A new higher-order primitive is one entry here and one rule below. Keys are
+        # primitives, or for JAX's hijax applications the class of the object they apply
+        # (compat.rule_key); compat gives None for what the installed JAX lacks.
+        rules: dict[Any, Callable[[Context, Any, list[Any]], list[Any]]] = {
             compat.jit_p: self._jit,
             compat.closed_call_p: self._closed_call,
+            compat.eval_jaxpr_p: self._closed_call,  # 0.12+ (there it is closed_call_p)
             compat.scan_p: self._scan,
             compat.while_p: self._while,
             compat.cond_p: self._cond,
@@ -54,7 +57,13 @@ class HigherOrderRules:
             compat.custom_jvp_call_p: self._custom_jvp,
             compat.custom_vjp_call_p: self._custom_vjp,
             compat.shard_map_p: self._shard_map,
+            compat.Scan3: self._scan3,  # jax_scan3
+            compat.RematTraced: self._remat3,  # jax_remat3
+            compat.CustomJVPTraced: self._custom_jvp3,  # jax_custom_jvp3
+            compat.CustomVJPTraced: self._custom_vjp3,  # jax_custom_vjp3
         }
+        rules.pop(None, None)
+        return rules
 
     # --- helpers ---------------------------------------------------------------------------
     def _sub(self, closed: Any, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
@@ -102,9 +111,7 @@ class HigherOrderRules:
         params[key] = compat.jaxpr_and_consts(new)[0] if open_body else new  # const-free
         with compat.eqn_context(eqn):
             outs = compat.bind(eqn.primitive, [*const_args, *invals], params)
-        n_out = len(eqn.outvars)
-        ctx.emitted.extend(jax.tree.unflatten(tree, list(outs[n_out:])))
-        return list(outs[:n_out])
+        return self._split_outs(ctx, eqn, outs, tree)
 
     def _jit(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
         return self._rebind_call(ctx, eqn, invals, "jaxpr", compat.extend_jit_params)
@@ -117,25 +124,53 @@ class HigherOrderRules:
         n_consts, n_carry = compat.scan_layout(p)
         consts = invals[:n_consts]
         init, xs = invals[n_consts : n_consts + n_carry], invals[n_consts + n_carry :]
-        box: dict[str, Any] = {}
+        operands = lambda carry, x: [*consts, *carry, *x]
+        return self._scanned(ctx, eqn, p, operands, init, xs, unroll=compat.scan_unroll(p))
+
+    def _scan3(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+        # jax_scan3's scan has no carry (the body reads and writes it in refs, which are
+        # operands) and one flag per operand: an extensive one is sliced per iteration, the
+        # others are passed whole. Re-bound through lax.scan, which binds a Scan3 again: the flag
+        # that made this equation is on while the jaxpr traced under it is interpreted.
+        p = compat.hi_params(eqn)
+        ext = p["extensives"]
+        whole = [a for a, e in zip(invals, ext) if not e]
+
+        def operands(carry: list[Any], x: list[Any]) -> list[Any]:
+            sliced, kept = iter(x), iter(whole)
+            return [next(sliced) if e else next(kept) for e in ext]
+
+        xs = [a for a, e in zip(invals, ext) if e]
+        return self._scanned(ctx, eqn, p, operands, [], xs, unroll=p["unroll"])
+
+    def _scanned(
+        self,
+        ctx: Context,
+        eqn: Any,
+        p: dict[str, Any],
+        operands: Callable[[list[Any], list[Any]], list[Any]],
+        init: list[Any],
+        xs: list[Any],
+        *,
+        unroll: int | bool,
+    ) -> list[Any]:
+        """``lax.scan`` of the rewritten body ``p["jaxpr"]`` on ``operands(carry, x)``; what it
+        emits becomes extra stacked outputs. Returns the final carry, then the stacked ``ys``."""
+        n_carry, box = len(init), {}
 
         def body(carry: list[Any], x: list[Any]) -> tuple[list[Any], tuple[list, list]]:
-            outs, emitted = self._sub(p["jaxpr"], [*consts, *carry, *x])
+            outs, emitted = self._sub(p["jaxpr"], operands(carry, x))
             leaves, box["tree"] = jax.tree.flatten(self.body_exit(emitted))
             return outs[:n_carry], (outs[n_carry:], leaves)
 
+        length, reverse = p["length"], p["reverse"]
         with compat.eqn_context(eqn):
             carry, (ys, leaves) = lax.scan(
-                body,
-                list(init),
-                list(xs),
-                length=p["length"],
-                reverse=p["reverse"],
-                unroll=compat.scan_unroll(p),
+                body, list(init), list(xs), length=length, reverse=reverse, unroll=unroll
             )
         emitted = jax.tree.unflatten(box["tree"], leaves)
         if emitted:
-            ctx.emitted.extend(self.scan_exit(emitted, length=p["length"], reverse=p["reverse"]))
+            ctx.emitted.extend(self.scan_exit(emitted, length=length, reverse=reverse))
         return [*carry, *ys]
 
     def _while(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
@@ -210,19 +245,37 @@ class HigherOrderRules:
         # recompute: every activation is kept again, and the memory remat saves is silently lost.
         return self._rebind_call(ctx, eqn, invals, "jaxpr", open_body=True)
 
-    def _split_outs(self, ctx: Context, eqn: Any, outs: Sequence[Any], box: dict) -> list[Any]:
+    def _remat3(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+        # jax_remat3: a new RematTraced, same policy, not jax.checkpoint (whose per-argument
+        # prevent_cse is a prefix of the call's pytree arguments). The consts the rewritten body
+        # gained lead the operands with prevent_cse False, as JAX gives a body's own consts.
+        p = compat.hi_params(eqn)
+        new, const_args, tree = self._retrace(eqn, p["jaxpr"], invals)
+        params = {**p, "jaxpr": new}
+        cse = p.get("prevent_cse", True)  # JAX 0.10 has no prevent_cse here
+        if not isinstance(cse, bool):
+            params["prevent_cse"] = (False,) * len(const_args) + tuple(cse)
+        with compat.eqn_context(eqn):
+            outs = compat.hi_bind(eqn, params, [*const_args, *invals])
+        return self._split_outs(ctx, eqn, outs, tree)
+
+    def _split_outs(self, ctx: Context, eqn: Any, outs: Sequence[Any], tree: Any) -> list[Any]:
         n = len(eqn.outvars)
-        ctx.emitted.extend(jax.tree.unflatten(box["tree"], list(outs[n:])))
+        ctx.emitted.extend(jax.tree.unflatten(tree, list(outs[n:])))
         return list(outs[:n])
 
     def _custom_parts(
-        self, eqn: Any
+        self, eqn: Any, call_jaxpr: Any, primal_args: Callable | None = None
     ) -> tuple[dict[str, Any], Callable, int, HigherOrderRules, Callable]:
-        """Shared by both custom-derivative rules: the rewritten primal body (outputs, then
+        """Shared by the custom-derivative rules: the rewritten primal body (outputs, then
         emitted leaves), the output count, a non-emitting interpreter for the user's rule, and the
-        original equation as a function (so JAX applies the user's rule to it)."""
+        original equation as a function (so JAX applies the user's rule to it).
+
+        ``primal_args(eqn, operands)``: the body's arguments among the equation's operands,
+        where they differ (jax_custom_vjp3's fwd-only consts)."""
         box: dict[str, Any] = {}
-        primal = self._flat_body(eqn.params["call_jaxpr"], box)
+        body = self._flat_body(call_jaxpr, box)
+        primal = body if primal_args is None else lambda *a: body(*primal_args(eqn, a))
 
         def original(*args: Any) -> list[Any]:
             return bind_eqn(eqn, args)
@@ -230,7 +283,24 @@ class HigherOrderRules:
         return box, primal, len(eqn.outvars), self._without_emission(), original
 
     def _custom_jvp(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
-        box, primal, n_out, plain, original = self._custom_parts(eqn)
+        return self._custom_jvp_of(ctx, eqn, invals, eqn.params["call_jaxpr"])
+
+    def _custom_jvp3(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+        return self._custom_jvp_of(ctx, eqn, invals, compat.hi_call_jaxpr(eqn))
+
+    def _custom_vjp(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+        return self._custom_vjp_of(ctx, eqn, invals, eqn.params["call_jaxpr"])
+
+    def _custom_vjp3(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
+        call = compat.hi_call_jaxpr(eqn)
+        return self._custom_vjp_of(ctx, eqn, invals, call, compat.hi_primal_args)
+
+    # Re-bound through jax.custom_jvp / jax.custom_vjp, which bind the hijax form again while
+    # its flag is on: the primal rewritten, the user's rule applied to the original equation.
+    def _custom_jvp_of(
+        self, ctx: Context, eqn: Any, invals: list[Any], call_jaxpr: Any
+    ) -> list[Any]:
+        box, primal, n_out, plain, original = self._custom_parts(eqn, call_jaxpr)
         f = jax.custom_jvp(primal)
 
         @f.defjvp
@@ -244,10 +314,17 @@ class HigherOrderRules:
 
         with compat.eqn_context(eqn):
             outs = f(*invals)
-        return self._split_outs(ctx, eqn, outs, box)
+        return self._split_outs(ctx, eqn, outs, box["tree"])
 
-    def _custom_vjp(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
-        box, primal, n_out, plain, original = self._custom_parts(eqn)
+    def _custom_vjp_of(
+        self,
+        ctx: Context,
+        eqn: Any,
+        invals: list[Any],
+        call_jaxpr: Any,
+        primal_args: Callable | None = None,
+    ) -> list[Any]:
+        box, primal, n_out, plain, original = self._custom_parts(eqn, call_jaxpr, primal_args)
         f = jax.custom_vjp(primal)
 
         def fwd(*args: Any) -> tuple[list[Any], Any]:
@@ -262,7 +339,7 @@ class HigherOrderRules:
         f.defvjp(fwd, bwd)
         with compat.eqn_context(eqn):
             outs = f(*invals)
-        return self._split_outs(ctx, eqn, outs, box)
+        return self._split_outs(ctx, eqn, outs, box["tree"])
 
     def _shard_map(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
         kw = compat.shard_map_params(eqn.params)

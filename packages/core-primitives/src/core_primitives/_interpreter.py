@@ -29,6 +29,7 @@ from . import compat
 from ._context import Context, Rule, bind_eqn
 from ._higher_order import HigherOrderRules
 from ._interpreter_errors import EmittedStructureError, check_eval_args, check_rule_outputs
+from ._unknown_primitive import rewritten_inside, unknown_primitive_error
 
 
 def _default_rule(ctx: Context, eqn: Any, invals: list[Any]) -> Sequence[Any]:
@@ -78,7 +79,8 @@ class Interpreter(HigherOrderRules):
 
     Subclasses adjust what happens to emitted values at control-flow boundaries by overriding
     :meth:`body_exit`, :meth:`scan_exit`, :meth:`cond_mismatch`, :meth:`while_emitted` and
-    :meth:`shard_map_exit`.
+    :meth:`shard_map_exit`, and what an unknown higher-order primitive with ruled equations
+    inside raises (:meth:`unknown_primitive`; ``UnknownPrimitiveError`` by default).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -143,7 +145,7 @@ class Interpreter(HigherOrderRules):
         env.update(zip(jaxpr.constvars, consts))
         env.update(zip(jaxpr.invars, args))
         for eqn in jaxpr.eqns:
-            rule = self._rule_for(eqn.primitive)
+            rule = self._rule_for(eqn)
             outs = rule(ctx, eqn, [read(v) for v in eqn.invars])
             check_rule_outputs(rule, eqn, outs)
             for v, x in zip(eqn.outvars, outs):
@@ -151,11 +153,20 @@ class Interpreter(HigherOrderRules):
                     env[v] = x
         return [read(v) for v in jaxpr.outvars]
 
-    def _rule_for(self, prim: Any) -> Rule:
+    def _rule_for(self, eqn: Any) -> Rule:
+        prim = eqn.primitive
         if prim in self.rules:
             return self.rules[prim]
-        if prim in self._higher_order:
-            return self._higher_order[prim]
+        rule = self._higher_order.get(compat.rule_key(eqn))
+        if rule is not None:
+            return rule
+        if self.rules:
+            # A higher-order primitive without a rule is bound unchanged: equations inside it
+            # that a rule would rewrite would be skipped silently. Refuse that instead.
+            jaxprs = compat.sub_jaxprs(eqn.params)
+            inside = rewritten_inside(jaxprs, self.rules) if jaxprs else None
+            if inside:
+                self.unknown_primitive(eqn, inside)
         return self.default
 
     # --- hooks for emitted values at boundaries (override in subclasses) --------------------
@@ -190,6 +201,11 @@ class Interpreter(HigherOrderRules):
     ) -> list:
         """After a shard_map; each leaf gained a leading axis over ``axes`` (one row per shard)."""
         return emitted
+
+    def unknown_primitive(self, eqn: Any, inside: list[Any]) -> NoReturn:
+        """``eqn``'s primitive holds a jaxpr no rule enters, with equations of ruled primitives
+        (``inside``, in program order) in it; binding it unchanged would skip them."""
+        raise unknown_primitive_error(eqn, inside)
 
     # --- emitted values dropped ----------------------------------------------------------
     def _without_emission(self) -> Interpreter:

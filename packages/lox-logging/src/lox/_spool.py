@@ -20,7 +20,7 @@ def _collect(ctx: Any, eqn: Any, invals: list[Any]) -> list[Any]:
 @cached
 def _spooled(f: Callable[..., Any], selector_key: tuple[Any, ...]) -> Callable[..., Any]:
     names, tags, _ = selector_key
-    interp = LogInterpreter(Selector(names, tags), _collect, mask_branches=False)
+    interp = LogInterpreter(Selector(names, tags), _collect, mask_branches=False, api="spool")
     run = interp.transform(f)
 
     def g(*args: Any, **kwargs: Any) -> tuple[Any, Any]:

@@ -17,7 +17,8 @@ def _remove(ctx: Any, eqn: Any, invals: list[Any]) -> list[Any]:
 def _rewritten(f: Callable[..., Any], key: tuple[Any, ...]) -> Callable[..., Any]:
     names, tags, invert = key
     sel = Selector(names, tags, invert=invert)
-    run = LogInterpreter(sel, _remove, mask_branches=False).transform(f)
+    api = "keep" if invert else "strip"
+    run = LogInterpreter(sel, _remove, mask_branches=False, api=api).transform(f)
     return lambda *a, **k: run(*a, **k)[0]
 
 

@@ -66,19 +66,9 @@ def has_sites(closed: Any, select: Select = _every_site) -> bool:
         jaxpr, _ = compat.jaxpr_and_consts(closed)
     return any(
         (e.primitive is lox_p and select(e.params))
-        or any(has_sites(j, select) for j in _sub_jaxprs(e.params))
+        or any(has_sites(j, select) for j in compat.sub_jaxprs(e.params))
         for e in jaxpr.eqns
     )
-
-
-def _sub_jaxprs(params: dict[str, Any]) -> list[Any]:
-    kinds = (compat.ClosedJaxpr, compat.Jaxpr)
-    found = []
-    for v in params.values():
-        for x in v if isinstance(v, (tuple, list)) else (v,):
-            if isinstance(x, kinds):
-                found.append(x)
-    return found
 
 
 def thread_taken(branches: Sequence[Any], select: Select = _every_site) -> list[Any] | None:

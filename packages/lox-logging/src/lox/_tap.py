@@ -77,7 +77,7 @@ def _lanes(nbatch: int, leaves: Sequence[Any]) -> Any:
 def _tapped(f: Callable[..., Any], callback: Callable[..., None], key: tuple[Any, ...]) -> Callable:
     names, tags, _ = key
     run = LogInterpreter(
-        Selector(names, tags), _site_rule(callback, None), mask_branches=True
+        Selector(names, tags), _site_rule(callback, None), mask_branches=True, api="tap"
     ).transform(f)
     return jax.jit(lambda *a, **k: run(*a, **k)[0], inline=True)
 
@@ -138,6 +138,8 @@ def tap_with_state(
 
     def g(*args: Any, **kwargs: Any) -> Any:
         rule = _site_rule(callback, lambda: state)
-        return LogInterpreter(sel, rule, mask_branches=True).transform(f)(*args, **kwargs)[0]
+        return LogInterpreter(sel, rule, mask_branches=True, api="tap").transform(f)(
+            *args, **kwargs
+        )[0]
 
     return g

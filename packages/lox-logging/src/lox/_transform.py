@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 import jax
 from jax.sharding import AbstractMesh, Mesh
 
-from core_primitives import Context, Interpreter
+from core_primitives import Context, Interpreter, UnknownPrimitiveError, compat
 
 from . import _events
 from ._alternatives import resolve
@@ -25,11 +25,14 @@ SiteRule = Callable[[Context, Any, list[Any]], list[Any]]
 class LogInterpreter(Interpreter):
     """Applies ``site_rule`` to selected, non-recomputed log sites; emitted values are Events."""
 
-    def __init__(self, selector: Selector, site_rule: SiteRule, *, mask_branches: bool) -> None:
+    def __init__(
+        self, selector: Selector, site_rule: SiteRule, *, mask_branches: bool, api: str
+    ) -> None:
         super().__init__({lox_p: self._site})
         self.selector = selector
         self.site_rule = site_rule
         self.mask_branches = mask_branches
+        self.api = api  # the public function, for messages: "spool", "tap", "strip", "keep"
 
     def _site(self, ctx: Context, eqn: Any, invals: list[Any]) -> list[Any]:
         if not self.selector(eqn.params):
@@ -80,10 +83,22 @@ class LogInterpreter(Interpreter):
     def while_emitted(self, emitted: list[Any], *, part: str) -> NoReturn:
         keys = sorted({e.name for e in emitted})
         raise LogStructureError(
-            f"lox.spool: key(s) {keys} are logged inside the {part} of a while_loop (or a "
+            f"lox.{self.api}: key(s) {keys} are logged inside the {part} of a while_loop (or a "
             "fori_loop with traced bounds). Its trip count is unknown when tracing, so the "
             "number of events is too. Use lax.scan or fori_loop with Python-int bounds, or "
             "stream the logs with lox.tap, or exclude these keys with spool(f, names=...)."
+        )
+
+    def unknown_primitive(self, eqn: Any, inside: list[Any]) -> NoReturn:
+        keys = sorted({e.params["name"] for e in inside if e.primitive is lox_p})
+        raise UnknownPrimitiveError(
+            f"lox.{self.api}: log site(s) {keys} sit inside {compat.primitive_name(eqn)}, a "
+            f"higher-order JAX primitive that lox cannot enter on {compat.jax_description()}; "
+            f"{self.api} would lose their events without a word, so it stops here. lox knows the "
+            f"higher-order primitives of JAX {compat.SUPPORTED_JAX}, with or without the flags "
+            f"{', '.join(compat.NEXT_FLAGS)}.\nFix: pin JAX to a supported version (or turn off "
+            "the JAX flag that made this primitive, if you set one), move the lox.log calls out "
+            "of it, or report this message to the lox maintainers."
         )
 
 

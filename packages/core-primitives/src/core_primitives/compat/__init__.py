@@ -5,8 +5,9 @@ JAX versions it serves and when it can go. Where JAX offers a public name we use
 here cover what has no public spelling (registering rules for a primitive, the parameters of
 higher-order primitives, which changed shape across releases).
 
-Supported range: JAX 0.7.2 (the floor: orbax-checkpoint >= 0.12 breaks below it) to 0.12.x. The
-shims live by concern: jaxprs and their equations (``_jaxpr``), rules for a primitive
+Supported range: JAX 0.7.2 (the floor: orbax-checkpoint >= 0.12 breaks below it) to 0.12.x,
+with or without 0.12's flags for its next primitives (``NEXT_FLAGS``). The shims live by concern:
+jaxprs and their equations (``_jaxpr``), those next primitives (``_hijax``), rules for a primitive
 (``_rules``), effects (``_effects``), the backend at run time (``_backend``).
 """
 
@@ -17,6 +18,22 @@ from ._backend import xla_cpu_xnn_fusion_supported as xla_cpu_xnn_fusion_support
 from ._effects import make_effect as make_effect
 from ._effects import make_ordered_effect as make_ordered_effect
 from ._effects import register_ordered_callback_lowering as register_ordered_callback_lowering
+from ._hijax import NEXT_FLAGS as NEXT_FLAGS
+from ._hijax import SUPPORTED_JAX as SUPPORTED_JAX
+from ._hijax import CustomJVPTraced as CustomJVPTraced
+from ._hijax import CustomVJPTraced as CustomVJPTraced
+from ._hijax import RematTraced as RematTraced
+from ._hijax import Scan3 as Scan3
+from ._hijax import eval_jaxpr_p as eval_jaxpr_p
+from ._hijax import hi_bind as hi_bind
+from ._hijax import hi_call_jaxpr as hi_call_jaxpr
+from ._hijax import hi_params as hi_params
+from ._hijax import hi_primal_args as hi_primal_args
+from ._hijax import jax_description as jax_description
+from ._hijax import next_flags as next_flags
+from ._hijax import primitive_name as primitive_name
+from ._hijax import rule_key as rule_key
+from ._hijax import sub_jaxprs as sub_jaxprs
 from ._jaxpr import ClosedJaxpr as ClosedJaxpr
 from ._jaxpr import Jaxpr as Jaxpr
 from ._jaxpr import JaxprEqn as JaxprEqn

@@ -6,6 +6,7 @@ The registries live in ``jax._src`` on every supported version (0.7.2 .. 0.12); 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,6 +16,14 @@ from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
 
 from ._jaxpr import cond_p, is_literal, while_p
+
+_remat3: Any = None
+try:  # 0.10+: the remat transform of jax_remat3 (jax.checkpoint as a hijax primitive)
+    from jax._src.interpreters import remat as _remat3_module
+
+    _remat3 = _remat3_module
+except ImportError:  # pragma: no cover - JAX 0.7.2 .. 0.9
+    pass
 
 
 def register_lowering(prim: Any, impl: Callable[..., Any], *, multiple_results: bool) -> None:
@@ -180,7 +189,13 @@ def register_no_recompute(
     the equation runs once, in the forward pass, whatever the checkpoint policy (JAX's own rule
     for ``jax.debug.callback`` runs it in both passes).
     0.7.2 .. 0.12: ``partial_eval_jaxpr_custom_rules`` has the same signature throughout.
+    With ``jax_remat3`` (0.10+), ``jax.checkpoint`` recomputes through its own remat transform;
+    registered in its ``rules`` too: 0.12's take ``(trace, *args, **params)`` and return
+    ``(outputs, residuals, rem)``, ``rem(residuals, *args)`` rebuilding the outputs in the backward
+    pass; 0.10/0.11's take ``(policy, *args, **params)`` and return ``(outputs, rem)``.
     """
+    if _remat3 is not None:
+        _remat3.rules[prim] = _remat3_rule(prim, mark)
 
     def rule(saveable: Any, unks_in: Sequence[bool], inst_in: Sequence[bool], eqn: Any) -> Any:
         # Inputs the staged copy reads must be available there: save those not already present,
@@ -198,3 +213,31 @@ def register_no_recompute(
         return eqn, staged, [False] * n, [True] * n, res
 
     _pe.partial_eval_jaxpr_custom_rules[prim] = rule
+
+
+def _remat3_rule(prim: Any, mark: Callable[[dict[str, Any]], dict[str, Any]] | None) -> Any:
+    # The forward pass binds the equation as it is; the backward pass gets the marked copy
+    # (nothing at all for a primitive without outputs), never a second unmarked one.
+    def forward(args: Sequence[Any], params: dict[str, Any]) -> tuple[Any, Callable[..., Any]]:
+        outs = prim.bind(*args, **params)
+        if mark is None:
+            assert not outs, f"{prim} has outputs: the backward pass would need a copy"
+            return outs, lambda *a: []
+        marked = mark(dict(params))
+        return outs, lambda *a: prim.bind(*a, **marked)
+
+    if _REMAT3_HAS_RESIDUALS:  # 0.12: rule(trace, *args) -> (outs, residuals, rem(res, *args))
+
+        def rule(trace: Any, *args: Any, **params: Any) -> Any:
+            outs, rem = forward(args, params)
+            return outs, (), lambda res, *a: rem(*a)
+
+        return rule
+    # 0.10 .. 0.11: rule(policy, *args) -> (outs, rem(*args))
+    return lambda policy, *args, **params: forward(args, params)
+
+
+# 0.12's remat transform passes residuals to rem (remat_transform gained custom_vjp_rules with it).
+_REMAT3_HAS_RESIDUALS = _remat3 is not None and "custom_vjp_rules" in str(
+    inspect.signature(_remat3.remat_transform)
+)
