@@ -72,7 +72,8 @@ class Interpreter(HigherOrderRules):
 
     Args:
         rules: ``{primitive: rule}``; ``rule(ctx, eqn, invals) -> outvals`` (a list, one per
-            ``eqn.outvars``; anything else raises ``RuleOutputError`` naming the rule). A rule may call ``ctx.emit(value)`` to add an extra output and
+            ``eqn.outvars``; anything else raises ``RuleOutputError`` naming the rule). A rule may
+            call ``ctx.emit(value)`` to add an extra output and
             ``ctx.bind(eqn, invals)`` to evaluate the equation unchanged. Rules for higher-order
             primitives replace the built-in recursion.
         default: rule for primitives without one; default: bind unchanged.

@@ -59,7 +59,8 @@ def lazy_exports(
 
 
 def _exported_modules(init_file: Path) -> dict[str, tuple[str, str | None]]:
-    """``{public name: (relative module, its attribute)}`` from ``init_file``'s ``TYPE_CHECKING`` block.
+    """``{public name: (relative module, its attribute)}`` from ``init_file``'s ``TYPE_CHECKING``
+    block.
 
     The attribute is ``None`` for a submodule exported as such (``from . import compat as compat``).
     """

@@ -23,7 +23,8 @@ def format_path(path: Iterable[Any]) -> str:
         return path  # already shown as a path; iterating it would quote every letter
     if not isinstance(path, Iterable):
         raise TypeError(
-            f"format_path: expected a tuple path such as ('net', 'mlp', 'kernel'), got {path!r:.60} "
+            "format_path: expected a tuple path such as ('net', 'mlp', 'kernel'), got "
+            f"{path!r:.60} "
             f"({type(path).__name__}). Wrap a single name in a tuple: format_path(('kernel',))."
         )
     parts = [str(p) for p in path]

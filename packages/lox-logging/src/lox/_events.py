@@ -11,7 +11,8 @@ import jax.numpy as jnp
 
 @jax.tree_util.register_pytree_node_class
 class Event:
-    """One key's events: ``values``, ``steps`` and ``mask`` leaves shaped ``(*batch, n_events, ...)``.
+    """One key's events: ``values``, ``steps`` and ``mask`` leaves shaped ``(*batch, n_events,
+    ...)``.
 
     ``meta`` is ``(treedef, step_keys, nbatch, taken)``; it must agree to merge. ``taken`` is empty
     unless the site sat in a branch of a cond that vmap ran for every lane (a batched predicate):

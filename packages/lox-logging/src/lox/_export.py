@@ -34,7 +34,8 @@ def to_csv(
     *,
     keys: Iterable[str] | None = None,
 ) -> None:
-    """Write the scalar events of ``logs`` (a logdict or a folder written by ``save``/``SaveLogger``) as CSV.
+    """Write the scalar events of ``logs`` (a logdict or a folder written by
+    ``save``/``SaveLogger``) as CSV.
 
     Only ``file`` is written (created or replaced); nothing else is touched, whatever the key names.
 
@@ -52,7 +53,8 @@ def to_csv(
     Example:
         >>> import io, numpy as np, lox
         >>> logs = lox.logdict({"loss": np.array([2.5, 2.0]), "lr": np.array([0.1, 0.2])},
-        ...                    steps={"loss": {"step": np.array([0, 1])}, "lr": {"step": np.array([0, 1])}})
+        ...                    steps={"loss": {"step": np.array([0, 1])},
+        ...                           "lr": {"step": np.array([0, 1])}})
         >>> out = io.StringIO()
         >>> lox.to_csv(logs, out)
         >>> print(out.getvalue().strip())

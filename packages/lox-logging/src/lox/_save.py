@@ -339,7 +339,8 @@ def _read_chunk(
                 f"the chunk file {file} of the save {path!r} ({listed}) cannot be read "
                 f"({type(err).__name__}: {err}); expected an npz archive holding the arrays the "
                 "index lists. It was truncated or altered after lox wrote it (lox writes each "
-                "chunk under a temporary name and renames it, so a crash leaves none half-written).",
+                "chunk under a temporary name and renames it, so a crash leaves none "
+                "half-written).",
                 fix,
             ) from err
 

@@ -62,7 +62,8 @@ class TensorBoardLogger(HostLogger):
         >>> folder = tempfile.mkdtemp()
         >>> logger = lox.TensorBoardLogger(folder)
         >>> state = logger.init()
-        >>> logs = lox.logdict({'loss': jnp.array([0.5, 0.25])}, {'loss': {'step': jnp.array([1, 2])}})
+        >>> steps = {'loss': {'step': jnp.array([1, 2])}}
+        >>> logs = lox.logdict({'loss': jnp.array([0.5, 0.25])}, steps)
         >>> state = logger.log(state, logs)
         >>> logger.finish(state)
         >>> SummaryReader(f'{folder}/run_0').scalars[['step', 'tag', 'value']].values.tolist()

@@ -335,7 +335,8 @@ def _as_key(key: Any) -> Any:
         return key
     raise TypeError(
         f"init(): key: got {type(key).__name__} {_describe_key(key)}, expected a PRNG key such as "
-        "jax.random.key(0) (or an int seed). Check the argument order: init(specs, key, mesh, rules)."
+        "jax.random.key(0) (or an int seed). Check the argument order: init(specs, key, mesh, "
+        "rules)."
     )
 
 
@@ -357,7 +358,8 @@ def _describe_key(key: Any) -> str:
 def path_seed(path: str) -> tuple[int, int]:
     """Two 31-bit ints from a stable hash of the path (Python's ``hash`` is salted per process)."""
     digest = hashlib.sha256(path.encode()).digest()
-    return tuple(int.from_bytes(digest[i : i + 4], "little") & 0x7FFFFFFF for i in (0, 4))  # type: ignore[return-value]
+    first, second = (int.from_bytes(digest[i : i + 4], "little") & 0x7FFFFFFF for i in (0, 4))
+    return first, second
 
 
 def _fold_in_seed(key: Any, seed: Any) -> Any:

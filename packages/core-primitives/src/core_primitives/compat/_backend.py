@@ -37,7 +37,8 @@ def _unrolled_threefry_rule() -> Any:
 
 @contextlib.contextmanager
 def unrolled_threefry_on_cpu() -> Any:
-    """Lower threefry on CPU without the rolled loop while the block runs (same bits, no temporaries).
+    """Lower threefry on CPU without the rolled loop while the block runs (same bits, no
+    temporaries).
 
     Only what is lowered inside the block is affected. The rule is process-wide while the block
     runs, so a computation another thread lowers at that moment gets it too; that is harmless,

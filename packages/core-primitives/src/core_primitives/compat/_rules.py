@@ -160,7 +160,8 @@ def register_keep_alive(prim: Any) -> None:
 
 
 def register_staged_params(prim: Any, update: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-    """When tracing-based partial evaluation stages ``prim`` (an operand unknown), use ``update(params)``.
+    """When tracing-based partial evaluation stages ``prim`` (an operand unknown), use
+    ``update(params)``.
 
     ``partial_eval_jaxpr_nounits`` (scan's and custom_jvp's rules under ``grad``, loop-invariant
     hoisting in a scan) builds the staged jaxpr from what its outputs reach, plus equations with
