@@ -320,6 +320,12 @@ def test_lm_eval_not_installed_names_the_extra(monkeypatch, capsys, tmp_path):
          "gpt eval --lm-eval runs the harness's tasks alone, but --task was given too"),
         (["--lm-eval", "hs,,arc_easy"],
          "lm-eval tasks 'hs,,arc_easy': expected task names separated by commas"),
+        # `--lm-eval "$TASKS"` with TASKS unset
+        (["--lm-eval", ""],
+         "gpt eval --lm-eval '' is empty. Pass a value (e.g. --lm-eval hellaswag,arc_easy), or "
+         "leave the flag out."),
+        (["--lm-eval", "hs", "--include-path", " "],
+         "gpt eval --include-path ' ' is empty. Pass a value (e.g. --include-path my_tasks/)"),
     ],
 )  # fmt: skip
 def test_bad_lm_eval_flags(flags, message, tmp_path, capsys):
@@ -327,6 +333,7 @@ def test_bad_lm_eval_flags(flags, message, tmp_path, capsys):
     args = [f.format(**where) for f in flags]
     assert main(["eval", "--run", str(tmp_path), *args]) == 2
     assert message.format(**where) in _one_error_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written in the run folder
 
 
 @needs_lm_eval

@@ -24,6 +24,7 @@ from .._inference.lm_eval import (
 )
 from .._inference.plans import plan_score
 from .._runs.folders import load_run, run_config
+from .empty_values import refuse_empty
 from .run_args import EVAL_KEYS, chosen_run, read_run_config
 
 # What each of lm-eval's common metrics measures, in the units it is printed in.
@@ -70,6 +71,12 @@ def lm_eval_command(args: argparse.Namespace) -> int:
 
 
 def _check_flags(args: argparse.Namespace) -> None:
+    # `--lm-eval "$TASKS"` with TASKS unset: name the flag (the task list's own check cannot).
+    refuse_empty(
+        "gpt eval",
+        [("--lm-eval", args.lm_eval, "hellaswag,arc_easy"), ("--include-path", args.include_path,
+         "my_tasks/")],
+    )  # fmt: skip
     if args.lm_eval is None:
         raise UsageError(
             f"gpt eval --include-path {args.include_path} adds task YAMLs to --lm-eval; pass "
