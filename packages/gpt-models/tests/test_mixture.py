@@ -282,3 +282,39 @@ def test_two_sources_with_one_name_are_refused(tmp_path, capsys):
     _refused(capsys, ["config", "show", "--set", flag],
              "are both named 'web', and each source's metrics need their own name. Give one a "
              "name, e.g. name = \"web_1\" in its table.")  # fmt: skip
+
+
+def test_an_empty_source_name_is_refused(tmp_path, two_texts, capsys):
+    prose, digits = two_texts
+    (tmp_path / "mix.toml").write_text(
+        f'[[data.sources]]\npath = "{prose}"\nweight = 0.8\nname = ""\n\n'
+        f'[[data.sources]]\npath = "{digits}"\nweight = 0.2\n'
+    )
+    message = (f"data.sources[0] ('{prose}') has name = '', which is empty; a name labels the "
+               "source's metrics. Give one (e.g. name = \"prose\") or leave the name key out to "
+               "name the source after its path ('prose').")  # fmt: skip
+    err = _refused(capsys, ["train", "--out", str(tmp_path / "runs"), "--config",
+                            str(tmp_path / "mix.toml")], message)  # fmt: skip
+    assert len(err.strip().splitlines()) == 1
+    flag = _sources_flag((prose, 0.8), (digits, 0.2)).replace("0.8}", '0.8, name = " "}')
+    _refused(capsys, ["train", "--out", str(tmp_path / "runs"), "--set", flag], "has name = ' '")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_folder_written_with_empty_source_names_still_loads(tmp_path, two_texts, capsys):
+    # config.toml leaves an unnamed source's name out; older runs wrote `name = ""` for it.
+    (tmp_path / "mix.toml").write_text(
+        "".join(
+            f'[[data.sources]]\npath = "{p}"\nweight = {w}\n' for p, w in zip(two_texts, WEIGHTS)
+        )
+    )
+    assert main(["config", "show", "--config", str(tmp_path / "mix.toml")]) == 0
+    shown = capsys.readouterr().out
+    assert "name = " not in shown.partition("[[data.sources]]")[2]
+    run = tmp_path / "run"
+    run.mkdir()
+    old = shown.replace("weight = 0.2\n", 'weight = 0.2\nname = ""\n')
+    (run / "config.toml").write_text(old)
+    assert load_config(str(run / "config.toml"), run_folder=True) == load_config(
+        str(tmp_path / "mix.toml")
+    )

@@ -14,7 +14,8 @@ A mixture is written in a config TOML as an array of tables, or inline through `
 
 Each source is a frozen :class:`DataSource`, so a config holding them stays hashable. Its ``name``
 labels its metrics (``loss/<name>``, ``tokens/<name>``, ``val_loss/<name>``); left out, it is the
-last component of ``path`` without its suffix. ``kind`` is recorded when a run starts, as
+last component of ``path`` without its suffix (an empty ``name = ""`` is refused, as every empty
+value is). ``kind`` is recorded when a run starts, as
 ``data.kind`` is for ``data.path``.
 """
 
@@ -116,7 +117,7 @@ def parse_sources(value: Any, *, from_text: bool) -> tuple[DataSource, ...]:
 
     Raises:
         ConfigError: text that is not a TOML array, an entry that is not a table, an unknown key,
-            a missing ``path`` or ``weight``, or a value of the wrong type.
+            a missing ``path`` or ``weight``, a value of the wrong type, or an empty ``name``.
 
     Example:
         >>> parse_sources('[{path = "web", weight = 0.8}, {path = "code", weight = 1}]', from_text=True)
@@ -136,6 +137,24 @@ def parse_sources(value: Any, *, from_text: bool) -> tuple[DataSource, ...]:
             f"weight: [[data.sources]] tables in a TOML file, or --set '{_EXAMPLE}'."
         )
     return tuple(_one_source(i, entry) for i, entry in enumerate(value))
+
+
+def without_empty_names(value: Any) -> Any:
+    """``data.sources`` as a run folder's config.toml holds it, with ``name = ""`` left out.
+
+    Run folders written before empty names were refused hold ``name = ""`` for every source
+    left unnamed; what they meant is "not given".
+
+    Example:
+        >>> without_empty_names([{"path": "web", "weight": 1.0, "name": ""}])
+        [{'path': 'web', 'weight': 1.0}]
+    """
+    if not isinstance(value, list):
+        return value
+    return [
+        {k: v for k, v in e.items() if not (k == "name" and v == "")} if isinstance(e, dict) else e
+        for e in value
+    ]
 
 
 def _one_source(i: int, entry: Any) -> DataSource:
@@ -167,6 +186,13 @@ def _one_source(i: int, entry: Any) -> DataSource:
     for key in ("path", "name", "kind"):
         if not isinstance(entry.get(key, ""), str):
             raise ConfigError(f"data.sources[{i}] has {key} = {entry[key]!r}, expected a string.")
+    if "name" in entry and not entry["name"].strip():  # not "no name": the docs refuse ""
+        named = DataSource(path=entry["path"], weight=float(weight)).label
+        raise ConfigError(
+            f"data.sources[{i}] ({entry['path']!r}) has name = {entry['name']!r}, which is empty; "
+            f'a name labels the source\'s metrics. Give one (e.g. name = "{named}") or leave the '
+            f"name key out to name the source after its path ({named!r})."
+        )
     return DataSource(
         path=entry["path"], weight=float(weight), name=entry.get("name", ""),
         kind=entry.get("kind", ""),

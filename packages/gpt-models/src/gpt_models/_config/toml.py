@@ -22,7 +22,7 @@ from core_primitives import did_you_mean, format_problems, list_alternatives
 from .._errors import ConfigError
 from .presets import PRESETS
 from .schema import CHOICES, Config, ModelConfig
-from .sources import DataSource, parse_sources
+from .sources import DataSource, parse_sources, without_empty_names
 
 # Flat views: "section.key" -> (field type, value)
 
@@ -292,6 +292,8 @@ def from_dict(
         flat.update({f"{section}.{k}": v for k, v in values.items()})
     if run_folder:
         flat = {MOVED.get(k, k): v for k, v in flat.items()}
+        if "data.sources" in flat:
+            flat["data.sources"] = without_empty_names(flat["data.sources"])
     try:
         return apply_overrides(cfg, flat)
     except ConfigError as err:
@@ -340,7 +342,8 @@ def dumps(cfg: Config) -> str:
             lines.append(f"# {key}: {meanings[f'{section}.{key}']}")
             for row in rows:
                 lines.append(f"[[{section}.{key}]]")
-                lines += [f"{k} = {_toml_value(v)}" for k, v in row.items()]
+                # An unnamed source is written without a name: `name = ""` is refused on reading.
+                lines += [f"{k} = {_toml_value(v)}" for k, v in row.items() if v != "" or k != "name"]
     return "\n".join(lines) + "\n"
 
 
