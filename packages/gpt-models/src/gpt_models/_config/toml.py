@@ -343,7 +343,9 @@ def dumps(cfg: Config) -> str:
             for row in rows:
                 lines.append(f"[[{section}.{key}]]")
                 # An unnamed source is written without a name: `name = ""` is refused on reading.
-                lines += [f"{k} = {_toml_value(v)}" for k, v in row.items() if v != "" or k != "name"]
+                lines += [
+                    f"{k} = {_toml_value(v)}" for k, v in row.items() if v != "" or k != "name"
+                ]
     return "\n".join(lines) + "\n"
 
 
