@@ -402,3 +402,49 @@ def test_a_damaged_tokenizer_config_is_named(tmp_path, chat_tokenizer):
     (tok.parent / "tokenizer_config.json").write_text("{}", encoding="utf-8")  # no template
     r = prepare([tmp_path / "c.jsonl"], tmp_path / "st", tokenizer=str(tok), val_fraction=0.0)
     assert r.manifest["settings"]["chat_template"] is None  # the plain template
+
+
+def test_gpt_prepare_takes_a_hugging_face_folder_as_its_tokenizer(tmp_path, chat_tokenizer, capsys):
+    """``--tokenizer FOLDER`` reads the folder's tokenizer.json and the chat template beside it, as
+    ``gpt import`` and ``--init-from`` take folders: the very store ``--tokenizer FILE`` writes."""
+    file = chat_tokenizer(chat_tokenizer.CHATML, "hf-model")
+    (file.parent / "config.json").write_text("{}")  # a model folder: its other files do not matter
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there !"}]
+    _chat_jsonl(tmp_path / "c.jsonl", [chat] * 3)
+    argv = ["prepare", str(tmp_path / "c.jsonl"), "--val-fraction", "0"]
+    assert main([*argv, "--out", str(tmp_path / "by-folder"), "--tokenizer", str(file.parent)]) == 0
+    assert "Chat template: " in capsys.readouterr().out
+    assert main([*argv, "--out", str(tmp_path / "by-file"), "--tokenizer", str(file)]) == 0
+    capsys.readouterr()
+    by_folder, by_file = _examples(tmp_path / "by-folder"), _examples(tmp_path / "by-file")
+    assert [(i.tolist(), m.tolist()) for i, m in by_folder] == [
+        (i.tolist(), m.tolist()) for i, m in by_file
+    ]
+    assert by_folder[0][0][1] == chat_tokenizer.vocab["<|im_start|>"]  # the template rendered it
+    # the same settings either way: the file path confirms the store the folder wrote
+    assert main([*argv, "--out", str(tmp_path / "by-folder"), "--tokenizer", str(file)]) == 0
+    assert "is up to date" in capsys.readouterr().out
+
+
+def test_a_tokenizer_folder_without_a_tokenizer_json_is_refused(tmp_path, capsys):
+    _chat_jsonl(tmp_path / "c.jsonl")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "tokenizer.model").write_bytes(b"\0")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text("")
+    for folder, needle in [
+        (model, f"gpt prepare --tokenizer {model}: the folder has no tokenizer.json (it holds "
+                "config.json, tokenizer.model). Expected byte, bpe, a tokenizer.json or a Hugging "
+                f"Face folder holding one; save the model's tokenizer in the tokenizers library's "
+                f"format there (transformers: AutoTokenizer.from_pretrained('{model}')"),
+        (run, "(it is a run folder of the byte tokenizer, which needs no file). Expected byte, "
+              "bpe, a tokenizer.json or a Hugging Face folder holding one; pass --tokenizer byte."),
+    ]:  # fmt: skip
+        argv = ["prepare", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "st")]
+        assert main([*argv, "--tokenizer", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("gpt: error: ") and needle in err and len(err.splitlines()) == 1, err
+        assert not (tmp_path / "st").exists()

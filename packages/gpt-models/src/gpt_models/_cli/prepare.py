@@ -18,10 +18,11 @@ def prepare_parser(p: argparse.ArgumentParser) -> None:
                    help="the store folder (shards + manifest.json): a new or empty folder, or "
                         "this command's own unfinished output; train on it with "
                         "gpt train --set data.path=DIR")  # fmt: skip
-    p.add_argument("--tokenizer", default="byte", metavar="byte|bpe|FILE.json",
-                   help="byte (default), bpe (trained here on the first ~64 MB of documents) or "
-                        "a tokenizers tokenizer.json (chat examples are rendered with the "
-                        "chat_template of a tokenizer_config.json beside it)")  # fmt: skip
+    p.add_argument("--tokenizer", default="byte", metavar="byte|bpe|FILE.json|HF_DIR",
+                   help="byte (default), bpe (trained here on the first ~64 MB of documents), "
+                        "a tokenizers tokenizer.json or a Hugging Face folder holding one (chat "
+                        "examples are rendered with the chat_template of a "
+                        "tokenizer_config.json beside it)")  # fmt: skip
     p.add_argument("--bpe-vocab-size", type=int, default=None,
                    help="ids of the BPE tokenizer --tokenizer bpe trains, 257..65536; default 2048")  # fmt: skip
     p.add_argument("--val-fraction", type=float, default=0.01,
@@ -60,7 +61,7 @@ def prepare_command(args: argparse.Namespace) -> int:
     result = prepare(
         args.sources,
         args.out,
-        tokenizer=args.tokenizer,
+        tokenizer=_tokenizer_file(args.tokenizer),
         val_fraction=args.val_fraction,
         text_field=args.text_field,
         shard_tokens=args.shard_tokens,
@@ -104,6 +105,37 @@ def prepare_command(args: argparse.Namespace) -> int:
         + (" --set data.tokenizer=bpe" if m["tokenizer"]["kind"] == "bpe" else "")
     )
     return 0
+
+
+def _tokenizer_file(tokenizer: str) -> str:
+    """``--tokenizer``, with a folder (a Hugging Face model's, as ``gpt import`` and ``--init-from``
+    take them, or a run folder) replaced by the ``tokenizer.json`` in it."""
+    from pathlib import Path
+
+    from .._errors import UsageError
+    from .._runs.hf_folder import folder_tokenizer
+
+    folder = Path(tokenizer)
+    if tokenizer in ("byte", "bpe") or not folder.is_dir():
+        return tokenizer
+    found = folder_tokenizer(folder)
+    if found is not None:
+        return str(found)
+    if (folder / "config.toml").is_file():
+        why = "it is a run folder of the byte tokenizer, which needs no file"
+        fix = "pass --tokenizer byte"
+    else:
+        held = sorted(p.name for p in folder.iterdir())[:6]
+        why = f"it holds {', '.join(held) or 'nothing'}" + (", ..." if len(held) == 6 else "")
+        fix = (
+            "save the model's tokenizer in the tokenizers library's format there (transformers: "
+            f"AutoTokenizer.from_pretrained('{folder}').save_pretrained('{folder}')), or pass the "
+            "path of a tokenizer.json"
+        )
+    raise UsageError(
+        f"gpt prepare --tokenizer {folder}: the folder has no tokenizer.json ({why}). Expected "
+        f"byte, bpe, a tokenizer.json or a Hugging Face folder holding one; {fix}."
+    )
 
 
 def _say_end_of_turn(chat: dict[str, object]) -> None:

@@ -299,10 +299,26 @@ def parse_tokenizer(text: str | bytes, what: str) -> tuple[Any, int]:
     return tok, max(tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1
 
 
-def _tokenizer(folder: Path, m: ModelConfig) -> str | None:
-    """``"byte"`` (an export of a byte-level run), the tokenizer.json path, or None: none there."""
+def folder_tokenizer(folder: Path) -> Path | None:
+    """The ``tokenizer.json`` of a Hugging Face folder (or of a run folder), or None: none there.
+
+    Where ``gpt import`` finds a folder's tokenizer; ``gpt prepare --tokenizer FOLDER`` looks there
+    too. The file must be a regular file (a link to one counts).
+
+    Raises:
+        CheckpointFormatError: ``tokenizer.json`` is there but is a folder, a pipe or a device.
+    """
     file = folder / TOKENIZER_FILE
     if not os.path.lexists(file):
+        return None
+    open_regular(file).close()
+    return file
+
+
+def _tokenizer(folder: Path, m: ModelConfig) -> str | None:
+    """``"byte"`` (an export of a byte-level run), the tokenizer.json path, or None: none there."""
+    file = folder_tokenizer(folder)
+    if file is None:
         return None
     with open_regular(file) as f:
         tok, ids = parse_tokenizer(f.read(), str(file))
