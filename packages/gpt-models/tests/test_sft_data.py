@@ -296,6 +296,22 @@ def _conversation(*roles_contents: tuple[str, object]) -> dict[str, object]:
          r"c.jsonl:2 holds a completion example, but .*c.jsonl:1 \(where the inputs begin\) "
          r"holds a chat example.*prepare each kind into its own --out"),
         ({"text": "plain"}, r"c.jsonl:2 holds plain text, but .* holds a chat example"),
+        # OpenAI's per-turn weight: 0 or 1, on assistant turns
+        ({"messages": [{"role": "user", "content": "hi"},
+                       {"role": "assistant", "content": "yo", "weight": 0.5}]},
+         r'c.jsonl:2 is a chat line, but messages\[1\] has "weight": 0.5.*fix: give "weight": 0 '
+         r"\(do not train on this turn\) or 1 \(train on it, the default\), as OpenAI's "
+         r"fine-tuning format defines it\.$"),
+        ({"messages": [{"role": "user", "content": "hi"},
+                       {"role": "assistant", "content": "yo", "weight": True}]},
+         r'messages\[1\] has "weight": True'),
+        ({"messages": [{"role": "user", "content": "hi", "weight": 1},
+                       {"role": "assistant", "content": "yo"}]},
+         r'c.jsonl:2 .* messages\[0\] \(a user turn\) has a "weight".*fix: weight applies to '
+         r"assistant turns, the only ones the loss counts: remove it"),
+        ({"messages": [{"role": "user", "content": "hi"},
+                       {"role": "assistant", "content": "yo", "weight": 0}]},
+         r'c.jsonl:2 .* every assistant turn has "weight": 0, so the loss counts nothing of it'),
     ],
 )  # fmt: skip
 def test_a_bad_chat_line_is_one_error_naming_file_and_line(tmp_path, capsys, error_line, line,
@@ -448,3 +464,35 @@ def test_a_tokenizer_folder_without_a_tokenizer_json_is_refused(tmp_path, capsys
         err = capsys.readouterr().err
         assert err.startswith("gpt: error: ") and needle in err and len(err.splitlines()) == 1, err
         assert not (tmp_path / "st").exists()
+
+
+def test_openai_weight_0_leaves_a_turn_out_of_the_loss_and_other_keys_get_a_note(tmp_path,
+                                                                                  capsys):  # fmt: skip
+    """OpenAI's fine-tuning format: ``"weight": 0`` on an assistant message is not trained on; the
+    turn is still in the text the later turns follow. Keys other than role, content and weight
+    (``name``, ``tool_calls``) are named in one note."""
+    weighted = [
+        {"role": "user", "content": "Say hi.", "name": "ann"},
+        {"role": "assistant", "content": "Hello, I am a bad answer.", "weight": 0},
+        {"role": "user", "content": "Again."},
+        {"role": "assistant", "content": "Hi!", "weight": 1},
+    ]
+    plain = [{k: v for k, v in m.items() if k in ("role", "content")} for m in weighted]
+    _write(tmp_path / "w.jsonl", [{"messages": weighted}] * 3 + [{"messages": plain}])
+    assert main(["prepare", str(tmp_path / "w.jsonl"), "--out", str(tmp_path / "st"),
+                 "--val-fraction", "0"]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert (f"note: messages' keys other than role, content and weight are left out: 'name' (3 "
+            f"lines, first {tmp_path / 'w.jsonl'}:1)") in err  # fmt: skip
+    examples = _examples(tmp_path / "st")
+    for (ids, mask), chat in zip(examples, [weighted] * 3 + [plain], strict=True):
+        text = bytes(ids.astype(np.uint8)).decode()
+        assert "<|assistant|>\nHello, I am a bad answer.\0<|user|>" in text  # rendered all the same
+        counted = bytes(ids[mask == 1].astype(np.uint8)).decode()
+        want = [
+            m["content"] + "\0" for m in chat if m["role"] == "assistant" and m.get("weight", 1)
+        ]
+        assert counted == "".join(want)
+    assert [int(m.sum()) for _, m in examples] == [4, 4, 4, 4 + len("Hello, I am a bad answer.\0")]
+    manifest = json.loads((tmp_path / "st" / "manifest.json").read_text())
+    assert manifest["masked_tokens"]["train"] == 3 * 4 + 4 + 26

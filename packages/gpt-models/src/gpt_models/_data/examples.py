@@ -1,7 +1,9 @@
 """The kind of a ``.jsonl`` line for ``gpt prepare``: chat, completion or plain text, from its fields.
 
 A line holding ``"messages"`` is a chat: a list of ``{"role", "content"}`` objects, roles
-``system``, ``user`` and ``assistant``, at least one assistant turn, every content a string. A line
+``system``, ``user`` and ``assistant``, at least one assistant turn, every content a string; an
+assistant message may carry OpenAI's ``"weight"``: 0 (the loss does not count the turn) or 1 (the
+default). Other message keys (``name``, ``tool_calls``, ...) are left out, with a note. A line
 holding both ``"prompt"`` and ``"completion"`` (strings) is a completion example. Any other line is
 plain text, read from ``--text-field`` as before. One input holds one kind: a store is either
 plain text or examples with a loss mask, never both, so a line of another kind than the first is
@@ -16,6 +18,7 @@ from typing import Any
 from .._errors import DataError
 
 ROLES = ("system", "user", "assistant")
+MESSAGE_KEYS = ("role", "content", "weight")
 KINDS = ("text", "chat", "completion")
 _EXPECTED = {
     "chat": '{"messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": '
@@ -67,11 +70,63 @@ def check_example(record: dict[str, Any], kind: str, where: str) -> Any:
         if not isinstance(msg["content"], str):
             raise DataError(_bad(where, kind, f"messages[{i}].content is {_type(msg['content'])}",
                                  "make each content a string (join a list of parts into one)"))  # fmt: skip
+        if "weight" in msg:
+            _check_weight(msg, i, where)
     if not any(m["role"] == "assistant" for m in messages):
         roles = ", ".join(m["role"] for m in messages)
         raise DataError(_bad(where, kind, f"the conversation has no assistant turn (roles: {roles})",
                              "the loss counts assistant turns only: add one, or leave the line out"))  # fmt: skip
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
+    if all(m.get("weight") == 0 for m in messages if m["role"] == "assistant"):
+        raise DataError(_bad(where, kind, 'every assistant turn has "weight": 0, so the loss '
+                             "counts nothing of it", 'set "weight": 1 on a turn to train on, or '
+                             "leave the line out"))  # fmt: skip
+    return [
+        {
+            "role": m["role"],
+            "content": m["content"],
+            **({"weight": 0} if m.get("weight") == 0 else {}),
+        }
+        for m in messages
+    ]
+
+
+def _check_weight(msg: dict[str, Any], i: int, where: str) -> None:
+    # OpenAI's fine-tuning format: "weight" on an assistant message, 0 (do not train on this turn)
+    # or 1 (train on it, the default); nothing else.
+    weight = msg["weight"]
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or weight not in (0, 1):
+        raise DataError(_bad(where, "chat", f"messages[{i}] has \"weight\": {_shown(weight)}",
+                             'give "weight": 0 (do not train on this turn) or 1 (train on it, the '
+                             "default), as OpenAI's fine-tuning format defines it"))  # fmt: skip
+    if msg["role"] != "assistant":
+        raise DataError(_bad(where, "chat", f"messages[{i}] (a {msg['role']} turn) has a "
+                             '"weight"', "weight applies to assistant turns, the only ones the "
+                             "loss counts: remove it"))  # fmt: skip
+
+
+def unknown_message_keys(record: dict[str, Any]) -> list[str]:
+    """The keys of a checked chat line's messages other than role, content and weight, in order.
+
+    Example:
+        >>> unknown_message_keys({"messages": [{"role": "user", "content": "", "name": "ann"}]})
+        ['name']
+    """
+    found = [k for m in record["messages"] for k in m if k not in MESSAGE_KEYS]
+    return list(dict.fromkeys(found))
+
+
+def ignored_keys_note(ignored: dict[str, list[Any]]) -> str:
+    """The note on message keys left out: ``{key: [first file:line, lines]}``.
+
+    Example:
+        >>> ignored_keys_note({"name": ["c.jsonl:3", 12]})
+        "messages' keys other than role, content and weight are left out: 'name' (12 lines, first c.jsonl:3)"
+    """
+    each = ", ".join(
+        f"{k!r} ({n} line{'s' if n != 1 else ''}, first {where})"
+        for k, (where, n) in ignored.items()
+    )
+    return f"messages' keys other than role, content and weight are left out: {each}"
 
 
 def mixed_kinds(where: str, found: str, first: str, first_where: str) -> DataError:

@@ -31,6 +31,7 @@ from .chat_format import FIELD, add_chat_format, chat_format_of
 from .chat_template import ChatTemplate, find_chat_template
 from .chunks import Meter, chunks, threaded
 from .encoder import Encoder, make_encoder
+from .examples import ignored_keys_note
 from .manifest import MANIFEST, SPLITS, id_dtype
 from .out_folder import STATE, claim, discard
 from .sft_encode import ExampleEncoder
@@ -322,6 +323,7 @@ def _write(job: _Job, state: dict[str, Any], enc: Encoder,
     meter = Meter(job.progress, total, sum(s.size for s in sources[: state["source"]]))
     sft = job.expect.kind != "text"
     examples = ExampleEncoder(job.expect.kind, enc, job.template) if sft else None
+    ignored: dict[str, list[Any]] = {}  # message key -> [first file:line, lines]
     # Reading and JSON parsing run ahead in a thread; encoding (every core) and writing here. A
     # third stage (encoding in its own thread) measured no faster on 2 cores and peaked at 401 MB
     # instead of 311 MB (benchmarks/data/RESULTS.md).
@@ -332,6 +334,8 @@ def _write(job: _Job, state: dict[str, Any], enc: Encoder,
         pairs = _encode(enc, examples, docs, sources[i])
         parts: dict[str, list[np.ndarray]] = {s: [] for s in writers}
         for doc, (doc_ids, mask) in zip(docs, pairs, strict=True):
+            for key in doc.ignored:
+                ignored.setdefault(key, [f"{sources[i].path}:{doc.pos + 1}", 0])[1] += 1
             if len(doc_ids) == 0:  # an empty document (file, text field): no text, no separator
                 continue
             split = split_of(sources[i].name, doc.pos, val_fraction)
@@ -357,6 +361,8 @@ def _write(job: _Job, state: dict[str, Any], enc: Encoder,
         meter.update(len(docs), sum(len(d.text) for d in docs),
                      sum(len(x) for x, _ in pairs), sources[i].size if done else 0)  # fmt: skip
     meter.close()
+    if ignored and job.progress is not None:
+        print(f"note: {ignored_keys_note(ignored)}", file=job.progress)
 
 
 def _encode(enc: Encoder, examples: ExampleEncoder | None, docs: list[Document],

@@ -18,6 +18,8 @@ Rendering, by kind:
 
   where EOT is the tokenizer's end-of-text token; assistant content and its EOT are counted.
 - completion: ``{prompt}{completion}{EOT}``; the completion and EOT are counted.
+
+An assistant turn with OpenAI's ``"weight": 0`` is rendered like the others and not counted.
 """
 
 from __future__ import annotations
@@ -62,8 +64,13 @@ class ExampleEncoder:
             end = len(prompt) + len(completion) + len(self.eot)
             return prompt + completion + self.eot, [(len(prompt), end)]
         if self.template is None:
-            return self._plain(example)
-        return _template_spans(self.template, example, where)
+            text, spans = self._plain(example)
+        else:
+            turns = [{"role": m["role"], "content": m["content"]} for m in example]
+            text, spans = _template_spans(self.template, turns, where)
+        # One span per assistant turn, in order; OpenAI's "weight": 0 leaves the turn uncounted.
+        weights = [m.get("weight", 1) for m in example if m["role"] == "assistant"]
+        return text, [span for span, w in zip(spans, weights, strict=True) if w]
 
     def _plain(self, messages: list[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
         text, spans = "", []

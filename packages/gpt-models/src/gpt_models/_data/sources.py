@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from .._errors import DataError
-from .examples import check_example, kind_of, mixed_kinds
+from .examples import check_example, kind_of, mixed_kinds, unknown_message_keys
 
 TEXT_SUFFIXES = (".txt", ".md")
 SUFFIXES = (*TEXT_SUFFIXES, ".jsonl", ".parquet")
@@ -44,12 +44,14 @@ class SourceFile:
 class Document:
     """A document's text, its position in its file, and how many undecodable bytes were replaced;
     for a chat or completion line (``examples.py``) also the example (its messages, or ``(prompt,
-    completion)``), and as ``text`` its contents joined (what a BPE tokenizer trains on)."""
+    completion)``), and as ``text`` its contents joined (what a BPE tokenizer trains on), and the
+    message keys it leaves out (``ignored``)."""
 
     pos: int
     text: str
     n_replaced: int
     example: Any = None
+    ignored: tuple[str, ...] = ()  # a chat line's message keys other than role, content, weight
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,8 +284,10 @@ def _json_doc(source: SourceFile, pos: int, line: bytes, field: str, expect: Exp
         raise mixed_kinds(where, kind, expect.kind, expect.where)
     if kind != "text":
         example = check_example(record, kind, where)
-        parts = [m["content"] for m in example] if kind == "chat" else list(example)
-        return Document(pos, "\n".join(parts), doc.n_replaced, example)
+        if kind == "completion":
+            return Document(pos, "\n".join(example), doc.n_replaced, example)
+        text = "\n".join(m["content"] for m in example)
+        return Document(pos, text, doc.n_replaced, example, tuple(unknown_message_keys(record)))
     text = record.get(field) if isinstance(record, dict) else None
     if not isinstance(text, str):
         keys = sorted(record) if isinstance(record, dict) else []
