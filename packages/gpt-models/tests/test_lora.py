@@ -310,7 +310,7 @@ def _safetensors(path: Path) -> dict[str, np.ndarray]:
     return load_file(str(path))
 
 
-def test_adapter_export_files_names_and_shapes(lora_run, tmp_path, capsys):
+def test_adapter_export_files_names_and_shapes(lora_run, source, tmp_path, capsys):
     assert main(["export", str(lora_run), str(tmp_path / "adapter"), "--adapter"]) == 0
     assert "PeftModel.from_pretrained(" in capsys.readouterr().err
     out = tmp_path / "adapter"
@@ -323,7 +323,7 @@ def test_adapter_export_files_names_and_shapes(lora_run, tmp_path, capsys):
                                    "base_model_name_or_path")} == {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 4, "lora_alpha": 8.0,
         "lora_dropout": 0.0, "target_modules": ["down_proj", "o_proj", "q_proj", "v_proj"],
-        "rank_pattern": {}, "fan_in_fan_out": False, "base_model_name_or_path": cfg.init.source,
+        "rank_pattern": {}, "fan_in_fan_out": False, "base_model_name_or_path": str(source),
     }  # fmt: skip
     tensors = _safetensors(out / "adapter_model.safetensors")
     D, r, kv, F = 32, 4, 16, 64  # d_model, rank, kv heads x head dim, d_ff
@@ -372,6 +372,46 @@ def test_adapter_times_scale_is_exactly_the_merged_update(preset, targets, tmp_p
         }
         assert (
             "attn.c_proj" in config["target_modules"] and "mlp.c_proj" in config["target_modules"]
+        )
+
+
+def test_an_adapter_names_the_hugging_face_folder_its_base_came_from(source, tmp_path, capsys):
+    """A LoRA run started from a run folder that ``gpt import`` made: ``base_model_name_or_path``
+    is the Hugging Face folder imported (peft's AutoPeftModelForCausalLM loads the base from it;
+    a run folder it cannot load). Where there is none, it is null and a note says why."""
+    runs = tmp_path / "runs"
+    assert main(["import", str(source), "--name", "imported", "--out", str(runs)]) == 0
+    args = ["train", "--config", "finetune-lora", "--init-from", str(runs / "imported"), "--out",
+            str(runs), "--name", "ft", *TRAIN, "--set", "train.steps=1", "--set", "lora.rank=2"]  # fmt: skip
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(["export", str(runs / "ft"), str(tmp_path / "adapter"), "--adapter"]) == 0
+    err = capsys.readouterr().err
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(source.resolve())
+    assert (f"note: peft loads them onto {source.resolve()}, the Hugging Face folder "
+            f"{runs / 'ft'} started from: AutoPeftModelForCausalLM.from_pretrained(") in err  # fmt: skip
+
+    cfg, params, _ = load_run(runs / "ft")
+    (runs / "imported" / "checkpoints" / "7").mkdir()  # as if trained since it was imported
+    for init, why in [
+        ("", "the run started from random weights (no init.source), so no Hugging Face model is "
+             "its base"),
+        (str(runs / "ft"), f"its base, init.source = {runs / 'ft'}, is a run folder that gpt "
+                           "train made, not one imported from a Hugging Face folder"),
+        (str(runs / "imported"), f"its base, init.source = {runs / 'imported'}, was imported "
+                                 f"from {source.resolve()} but has been trained since, so its "
+                                 "weights are no longer that folder's"),
+    ]:  # fmt: skip
+        out, notes = tmp_path / f"adapter-{len(init)}", io.StringIO()
+        export_adapter(dataclasses.replace(cfg, init=dataclasses.replace(cfg.init, source=init)),
+                       params, out, notes=notes)  # fmt: skip
+        assert json.loads((out / "adapter_config.json").read_text())[
+            "base_model_name_or_path"] is None  # fmt: skip
+        assert notes.getvalue() == (
+            f"note: {out}/adapter_config.json names no base_model_name_or_path: {why}. Load the "
+            "adapters onto that run's export: gpt export BASE_RUN BASE_DIR, then PeftModel."
+            f"from_pretrained(AutoModelForCausalLM.from_pretrained(BASE_DIR), {str(out)!r}).\n"
         )
 
 

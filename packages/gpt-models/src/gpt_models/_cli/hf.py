@@ -128,13 +128,14 @@ def _export_adapter(run: Path, cfg: Any, params: Any, step: int, args: argparse.
     """``gpt export --adapter``: the run's LoRA adapters as a PEFT adapter folder."""
     from .._runs.adapter_export import export_adapter
 
-    out = export_adapter(cfg, params, args.out, dtype=args.dtype)
-    base = cfg.init.source or "the base model"
+    out = export_adapter(cfg, params, args.out, dtype=args.dtype, notes=sys.stderr)
     print(f"exported the LoRA adapters of {run} (step {step}) to {out}")
-    print(
-        f"note: peft loads them onto the model {run} started from ({base}); export a run folder "
-        "with gpt export RUN BASE_DIR first, then PeftModel.from_pretrained("
-        f"AutoModelForCausalLM.from_pretrained(BASE_DIR), {str(out)!r}).",
-        file=sys.stderr,
-    )
+    base = json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"]
+    if base is not None:  # else export_adapter's note said why, and what to load them onto
+        print(
+            f"note: peft loads them onto {base}, the Hugging Face folder {run} started from: "
+            f"AutoPeftModelForCausalLM.from_pretrained({str(out)!r}), or PeftModel.from_pretrained("
+            f"AutoModelForCausalLM.from_pretrained({base!r}), {str(out)!r}).",
+            file=sys.stderr,
+        )
     return 0

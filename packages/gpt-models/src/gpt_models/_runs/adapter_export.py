@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import jax
 import numpy as np
@@ -35,16 +35,21 @@ from .._model.lora import lora_config
 from .folders import check_new_path
 from .hf_export import _FIX, _to_numpy, write_folder
 from .hf_folder import check_dtype
+from .hf_import import imported_from
+from .snapshot import committed_steps
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
 def export_adapter(config: Config, params: bx.Params, path: str | Path, *,
-                   dtype: str = "float32") -> Path:  # fmt: skip
+                   dtype: str = "float32", notes: TextIO | None = None) -> Path:  # fmt: skip
     """Write the LoRA adapters of ``params`` as a PEFT adapter folder at ``path`` (new).
 
     ``config`` is the LoRA run's :class:`Config` (``lora.rank > 0``); its model must export as
-    GPT-2 or Llama (``export_hf``). ``base_model_name_or_path`` is the run's ``init.source``.
+    GPT-2 or Llama (``export_hf``). ``base_model_name_or_path`` is the Hugging Face folder the
+    base weights came from (:func:`adapter_base`): the run's ``init.source`` when that is one, or
+    the folder ``gpt import`` made that run folder from; else none, and ``notes`` gets a line
+    saying why and what to load the adapters onto.
 
     Raises:
         UsageError: the config has no LoRA, or ``path`` exists or cannot be written.
@@ -73,8 +78,52 @@ def export_adapter(config: Config, params: bx.Params, path: str | Path, *,
         ranks[module] = a.shape[0]
     every = [e.hf[0].removesuffix(".weight") for e in layout.entries(model)
              if e.stacked and e.hf[0].endswith(".weight")]  # fmt: skip
-    files = {"adapter_config.json": _adapter_config(config, layout, lora, ranks, every)}
-    return write_folder(target, "adapter_model.safetensors", tensors, files)
+    base, why = adapter_base(config.init.source)
+    files = {"adapter_config.json": _adapter_config(config, layout, lora, ranks, every, base)}
+    written = write_folder(target, "adapter_model.safetensors", tensors, files)
+    if notes is not None and base is None:
+        print(
+            f"note: {target}/adapter_config.json names no base_model_name_or_path: {why}. Load "
+            "the adapters onto that run's export: gpt export BASE_RUN BASE_DIR, then "
+            f"PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE_DIR), "
+            f"{str(target)!r}).",
+            file=notes,
+        )
+    return written
+
+
+def adapter_base(source: str) -> tuple[str | None, str]:
+    """``base_model_name_or_path`` of the adapters of a run started from ``source`` (its
+    ``init.source``): the Hugging Face folder its weights are, or None and why there is none.
+
+    A run folder counts when ``gpt import`` made it and it was not trained since (its one
+    checkpoint is step 0): its weights are the folder's. peft (``AutoPeftModelForCausalLM``) loads
+    the base from this name, which a run folder is not.
+
+    Example:
+        >>> adapter_base("")
+        (None, 'the run started from random weights (no init.source), so no Hugging Face model is its base')
+    """
+    if not source:
+        return None, (
+            "the run started from random weights (no init.source), so no Hugging Face model is "
+            "its base"
+        )
+    folder = Path(source)
+    if (folder / "config.json").is_file():
+        return source, ""
+    origin = imported_from(folder)
+    if origin is None:
+        return None, (
+            f"its base, init.source = {source}, is a run folder that gpt train made, not one "
+            "imported from a Hugging Face folder"
+        )
+    if committed_steps(folder / "checkpoints") != [0]:
+        return None, (
+            f"its base, init.source = {source}, was imported from {origin} but has been trained "
+            "since, so its weights are no longer that folder's"
+        )
+    return str(origin), ""
 
 
 def _modules(layout: Layout, model: Any, kernels: tuple[str, ...]) -> list[tuple[str, list, Entry]]:
@@ -133,7 +182,7 @@ def _fused(pairs: list, entry: Entry, rank: int) -> tuple[np.ndarray, np.ndarray
 
 
 def _adapter_config(config: Config, layout: Layout, lora: Any, ranks: dict[str, int],
-                    every: list[str]) -> dict[str, Any]:  # fmt: skip
+                    every: list[str], base: str | None) -> dict[str, Any]:  # fmt: skip
     """``adapter_config.json``: peft's LoraConfig fields; ``every`` module of a layer names them."""
     names = _short_names(every)
     fused = {names[m]: r for m, r in ranks.items() if r != lora.rank}
@@ -141,7 +190,7 @@ def _adapter_config(config: Config, layout: Layout, lora: Any, ranks: dict[str, 
     return {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
-        "base_model_name_or_path": config.init.source or None,
+        "base_model_name_or_path": base,
         "r": lora.rank,
         "lora_alpha": alpha,
         "lora_dropout": lora.dropout,

@@ -135,6 +135,22 @@ def _read(t: Tensor, rows: int = 0) -> np.ndarray:
     return whole
 
 
+IMPORTED_FROM = "# Imported from the Hugging Face folder "  # config.toml's first line
+
+
+def imported_from(run: Path) -> Path | None:
+    """The Hugging Face folder ``gpt import`` made ``run`` from (its config.toml's first line), or
+    None for a run that ``gpt train`` made."""
+    try:
+        with open(run / "config.toml", encoding="utf-8") as f:
+            first = f.readline()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return (
+        Path(first[len(IMPORTED_FROM) :].rstrip("\n")) if first.startswith(IMPORTED_FROM) else None
+    )
+
+
 def import_run(
     source: str | Path, run_dir: str | Path, *, dtype: str = "float32", notes: TextIO | None = None
 ) -> Path:
@@ -169,7 +185,7 @@ def import_run(
     with new_folder(run, what="--out/--name", fix=_FIX, write_fix=_WRITE_FIX):
         if tokenizer not in (None, "byte"):
             shutil.copyfile(folder / TOKENIZER_FILE, run / TOKENIZER_FILE)
-        header = f"# Imported from the Hugging Face folder {folder.resolve()}\n"
+        header = f"{IMPORTED_FROM}{folder.resolve()}\n"
         (run / "config.toml").write_text(header + dumps(cfg), encoding="utf-8")
         keep_chat_format(chat, run)
         ckpt = Checkpointer(run / "checkpoints", keep=cfg.train.keep_checkpoints, async_save=False)
