@@ -503,11 +503,14 @@ def test_a_run_started_from_a_chat_model_on_plain_text_keeps_its_template(
         err = capsys.readouterr().err
         kept = json.loads((tmp_path / name / "chat_format.json").read_text())
         assert (kept["template"], kept["end_of_turn_ids"]) == (template, [CHAT_END_OF_TURN])
+        assert kept["data"] == "text"  # what the run learnt: gpt sample continues plain text
         assert (
-            f"note: the data is not chat, so this run keeps the chat template of init.source "
-            f"{source} (from {folder / 'tokenizer_config.json'}): gpt sample writes a prompt as a "
-            "user turn (--raw: as plain text) and gpt export carries the template." in err
+            f"note: the data is text, not chat, so this run keeps the chat template of "
+            f"init.source {source} (from {folder / 'tokenizer_config.json'}) for gpt export to "
+            "carry; gpt sample continues a prompt as plain text, as the data was written." in err
         )
+        code, text, _ = _sample(capsys, tmp_path / name, "--prompt", "hello there")
+        assert code == 0 and text.startswith("hello there") and "<|im_start|>" not in text
     assert main(["export", str(tmp_path / "from-run"), str(tmp_path / "ft-hf")]) == 0
     config = json.loads((tmp_path / "ft-hf" / "tokenizer_config.json").read_text())
     assert config["chat_template"] == template
@@ -573,3 +576,39 @@ def test_a_byte_level_chat_run_exported_and_imported_keeps_the_plain_template(
 CHATML_LIKE = (
     "{% for m in messages %}{{ '<|im_start|>' + m['content'] + '<|im_end|>' }}{% endfor %}"
 )
+
+
+def test_a_completion_fine_tune_of_a_chat_model_samples_as_trained_and_stops_at_end_of_text(
+    chat_run, tmp_path, capsys
+):
+    """Prompt/completion data from a chat model: the run keeps the model's template for its
+    exports, records that its data was completions, and gpt sample continues the prompt as
+    plain text (no user turn the model never saw) up to the end-of-text token, as transformers'
+    generate stops on the export (--raw goes on)."""
+    rows = [{"prompt": f"what is two plus two ? {'hi ' * (i % 3)}", "completion": "four !"}
+            for i in range(60)]  # fmt: skip
+    jsonl = tmp_path / "completions.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    store = tmp_path / "store"
+    assert main(["prepare", str(jsonl), "--out", str(store), "--tokenizer", str(chat_run.tokenizer),
+                 "--val-fraction", "0.2"]) == 0  # fmt: skip
+    args = ["train", "--init-from", str(chat_run.run), "--out", str(tmp_path), "--name", "ft",
+            "--set", f"data.path={store}", "--set", "train.steps=40", "--set", "train.lr=1e-2",
+            "--set", "train.batch_size=8", "--set", "train.warmup_steps=1", "--set",
+            "train.eval_batches=1", "--set", "sample.max_new_tokens=6"]  # fmt: skip
+    assert main(args) == 0
+    run = tmp_path / "ft"
+    kept = json.loads((run / "chat_format.json").read_text())
+    assert kept["data"] == "completion"
+    assert "note: the data is completion, not chat, so this run keeps" in capsys.readouterr().err
+    prompt = "what is two plus two ?"
+    code, raw, _ = _sample(capsys, run, "--prompt", prompt, "--max-new-tokens", "12", "--raw")
+    assert code == 0 and raw.startswith(prompt) and "</s>" in raw, raw  # it learnt to end there
+    code, text, err = _sample(capsys, run, "--prompt", prompt, "--max-new-tokens", "12")
+    assert code == 0 and text == raw.partition("</s>")[0], (text, raw)
+    assert (
+        "note: the text ended at the tokenizer's end-of-text token (id 2) within 12 new tokens; "
+        "--raw goes on past it." in err
+    )
+    # sample.txt too continues sample.prompt ("The ", <unk> in these words): not a chat reply
+    assert (run / "sample.txt").read_text().startswith("<unk>")

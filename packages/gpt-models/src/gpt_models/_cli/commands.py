@@ -132,18 +132,21 @@ def sample_command(args: argparse.Namespace) -> int:
 
     A run trained on chat data (unless ``--raw``): the prompt as a user turn, the reply alone.
     """
+    from .._data.chat_format import sampling_format
     from .._data.run_tokenizer import run_tokenizer
     from .._inference.plans import plan_sample
     from .._inference.sampling import Sampling, sample_lengths, sample_reply
     from .._runs.chat_file import run_chat_format
     from .._runs.folders import load_run
+    from .._inference.sampling import stop_ids
     from .eval_report import run_preflight
 
     run = chosen_run(args)
     cfg = read_run_config(args, run, SAMPLE_KEYS) or run_config(run)
     tok = run_tokenizer(run, cfg)
-    chat = None if args.raw else run_chat_format(run, cfg)
-    stop = chat.end_of_turn_ids[0] if chat is not None and chat.end_of_turn_ids else None
+    chat = None if args.raw else sampling_format(run_chat_format(run, cfg), cfg)
+    ends = stop_ids(tok, args.raw) if chat is None else chat.end_of_turn_ids
+    stop = ends[0] if ends else None
     asked = Sampling(
         args.prompt, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed
     )
@@ -172,12 +175,15 @@ def sample_command(args: argparse.Namespace) -> int:
             return 0
         cfg, params, _ = load_run(run, cfg)
         asked = dataclasses.replace(asked, max_new_tokens=n)
-        text, ended = sample_reply(params, cfg, asked, tokenizer=tok, chat=chat)
+        text, ended = sample_reply(params, cfg, asked, tokenizer=tok, chat=chat, raw=args.raw)
     except ValueError as err:  # too long for the context, empty prompt, bad sampling options
         if isinstance(err, UsageError):
             raise
         raise UsageError(str(err)) from err
     print(text)
+    if chat is None and ended:  # as transformers' generate stops on the export
+        print(f"note: the text ended at the tokenizer's end-of-text token (id {stop}) within "
+              f"{n} new tokens; --raw goes on past it.", file=sys.stderr)  # fmt: skip
     if chat is not None and not ended:
         print(
             f"note: the reply did not end within {n} new tokens (no {chat.end_of_turn_text!r}, "

@@ -193,8 +193,9 @@ def _sample_parser(p: argparse.ArgumentParser) -> None:
                         "with the run's chat template, generation stops at the end of the "
                         "assistant's turn, and only the reply is printed")  # fmt: skip
     p.add_argument("--raw", action="store_true",
-                   help="a run trained on chat data: continue the prompt as plain text, as for "
-                        "any other run (no chat template, no stop at the end of a turn)")  # fmt: skip
+                   help="the model's raw continuation up to --max-new-tokens: no chat template, "
+                        "and no stop at the end of a turn or at the tokenizer's end-of-text token "
+                        "(where other runs stop, as transformers' generate does on an export)")  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens to generate (default: sample.max_new_tokens); capped, with a note, so that "
                         "the prompt and the new tokens fit in model.seq_len")  # fmt: skip

@@ -3,7 +3,9 @@
 ``gpt prepare`` records this in a chat store's manifest (``"chat_format"``), ``gpt train`` keeps
 it in the run folder (``chat_format.json``, through ``_runs/resolve.py``), and ``gpt sample`` and
 ``gpt export`` read it there: a prompt becomes one user turn and the assistant's header, the reply
-ends at the end-of-turn token, an exported folder carries the template and stops there.
+ends at the end-of-turn token, an exported folder carries the template and stops there. A run that
+starts from a chat model on text or completions keeps the model's template for its exports, and
+records that its data was not chat (``data``): ``gpt sample`` continues its prompts as plain text.
 
 The end of an assistant turn is what the template writes after the content (``<|im_end|>\\n``,
 `` </s>``). Its first added (special) token is the end-of-turn token: an added token is matched
@@ -22,11 +24,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .._config.schema import Config, DataConfig
 from .._errors import DataError
 from .chat_template import CONTENT_MARK, ChatTemplate, compile_template
 from .encoder import Encoder
 from .manifest import MANIFEST
-from .store import write_json_atomic
+from .store import is_store, read_manifest, write_json_atomic
 
 PLAIN = "the plain template"
 FIELD = "chat_format"  # the manifest's key
@@ -37,6 +40,7 @@ _PROBES = (
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
      {"role": "assistant", "content": CONTENT_MARK}],
 )  # fmt: skip
+DATA_KINDS = ("chat", "text", "completion", "")
 _FIELDS = {"template": str, "template_file": str, "variables": dict, "tail": str,
            "end_of_turn_text": str, "end_of_turn_ids": list, "note": str}  # fmt: skip
 
@@ -49,7 +53,10 @@ class ChatFormat:
     tokens' text); ``template_file`` is where ``gpt prepare`` read it (or :data:`PLAIN`);
     ``tail`` is the text the template writes after an assistant's content; ``end_of_turn_text``
     its end, with ``end_of_turn_ids`` (empty: no one id, for the reason in ``note``);
-    ``kept_in`` names the file this was read from, for messages.
+    ``kept_in`` names the file this was read from, for messages. ``data`` is what the run kept
+    it for: ``"chat"`` (trained on chats, or a chat model imported), or the data of a run that
+    kept the template of a chat model it started from only for its exports (``"text"``,
+    ``"completion"``); "" in records written before runs said which.
     """
 
     template: str
@@ -60,11 +67,12 @@ class ChatFormat:
     end_of_turn_ids: tuple[int, ...]
     note: str = ""
     kept_in: str = ""
+    data: str = "chat"
 
     def to_json(self) -> dict[str, Any]:
         """The record a manifest and a run's ``chat_format.json`` hold."""
         out = {k: getattr(self, k) for k in _FIELDS}
-        return out | {"end_of_turn_ids": list(self.end_of_turn_ids)}
+        return out | {"end_of_turn_ids": list(self.end_of_turn_ids), "data": self.data}
 
     @classmethod
     def from_json(cls, raw: Any, kept_in: str) -> ChatFormat:
@@ -81,7 +89,7 @@ class ChatFormat:
             )
         values = {k: raw[k] for k in _FIELDS}
         values["end_of_turn_ids"] = tuple(raw["end_of_turn_ids"])
-        return cls(**values, kept_in=kept_in)
+        return cls(**values, kept_in=kept_in, data=raw.get("data", ""))
 
     def prompt(self, text: str) -> str:
         """``text`` as one user turn and the header of the assistant's reply.
@@ -142,7 +150,38 @@ def format_problems(raw: Any) -> list[str]:
     ids = raw.get("end_of_turn_ids")
     if isinstance(ids, list) and not all(isinstance(i, int) and i >= 0 for i in ids):
         problems.append(f"end_of_turn_ids = {ids!r} are not token ids")
+    if raw.get("data", "chat") not in DATA_KINDS:
+        problems.append(f"data = {raw['data']!r}, expected one of {', '.join(DATA_KINDS)}")
     return problems
+
+
+def trained_on(data: DataConfig) -> str:
+    """What a run's data holds: ``"chat"`` or ``"completion"`` examples (a token store's manifest
+    says), else ``"text"``."""
+    store = Path(data.path)
+    if data.kind == "store" and is_store(store):
+        return str(read_manifest(store).get("kind") or "text")
+    return "text"
+
+
+def sampling_format(chat: ChatFormat | None, cfg: Config) -> ChatFormat | None:
+    """The chat format ``gpt sample`` writes a prompt with: the run's kept ``chat`` where it
+    learnt chats; None (the prompt continued as plain text, as its data was written) where the
+    run kept a chat model's template for its exports alone, having trained on text or
+    completions.
+
+    A record without ``data`` (written before runs kept it) is asked of the run: only a run
+    started from another model (``init.source``) can have kept a template its data did not
+    have; then its data says, where it is still there (a store that is gone: as chat, as before).
+    """
+    if chat is None or chat.data == "chat":
+        return chat
+    if chat.data or not cfg.init.source:
+        return None if chat.data else chat
+    store = Path(cfg.data.path)
+    if cfg.data.kind == "store" and not is_store(store):
+        return chat
+    return chat if trained_on(cfg.data) == "chat" else None
 
 
 def chat_format_of(enc: Encoder, template: ChatTemplate | None) -> ChatFormat:

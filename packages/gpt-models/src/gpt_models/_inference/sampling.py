@@ -11,7 +11,7 @@ import numpy as np
 
 from .._config.schema import Config, SampleConfig
 from .._data.byte_tokenizer import ByteTokenizer
-from .._data.chat_format import ChatFormat
+from .._data.chat_format import ChatFormat, sampling_format
 from .._data.corpus import Tokenizer
 from .._data.run_tokenizer import decode_lenient
 from .._distributed.mesh import on_one_device
@@ -67,8 +67,9 @@ def sample_text(
     """Generate text with ``tokenizer`` (default bytes), as ``sampling`` says (defaults from the
     config's ``[sample]``).
 
-    Without ``chat``: the prompt and its continuation. With a run's ``chat`` format: the prompt is
-    one user turn, generation stops at the end of the assistant's turn, and the text is the reply.
+    Without ``chat``: the prompt and its continuation, up to the tokenizer's end-of-text token. With
+    a run's ``chat`` format: the prompt is one user turn, generation stops at the end of the
+    assistant's turn, and the text is the reply.
     """
     return sample_reply(params, cfg, sampling, tokenizer=tokenizer, chat=chat)[0]
 
@@ -79,6 +80,7 @@ def end_of_run_sample(
     """The text of a finished run's ``sample.txt``: ``sample.prompt`` answered as a user turn on
     chat data, else continued. A template that cannot write that turn does not fail the finished
     run: the prompt is continued as plain text, with a note on ``stream``."""
+    chat = sampling_format(chat, cfg)  # a chat model's template kept for exports alone: plain
     try:
         return sample_text(params, cfg, tokenizer=tokenizer, chat=chat)
     except DataError as err:
@@ -93,12 +95,15 @@ def sample_reply(
     *,
     tokenizer: Tokenizer | None = None,
     chat: ChatFormat | None = None,
+    raw: bool = False,
 ) -> tuple[str, bool]:
-    """:func:`sample_text`'s text, and whether a chat reply ended (True without ``chat``)."""
+    """:func:`sample_text`'s text, and whether it ended before ``max_new_tokens``: a chat reply at
+    its end-of-turn token, other text at the tokenizer's end-of-text token (left out of the
+    text, as transformers' ``generate`` stops at an export's ``eos_token_id``). ``raw``: no stop."""
     tok = tokenizer or ByteTokenizer()
     ids, n = sample_lengths(cfg, tok, sampling.prompt, sampling.max_new_tokens, chat)
     got = sampling.resolved(cfg.sample)
-    ends = chat.end_of_turn_ids if chat is not None else ()
+    ends = chat.end_of_turn_ids if chat is not None else stop_ids(tok, raw)
     out = generate(
         on_one_device(params),
         ids,
@@ -110,12 +115,18 @@ def sample_reply(
         key=jax.random.key(got.seed),
         stop_token=ends[0] if ends else None,
     )
-    if chat is None:
-        return decode_lenient(tok, np.asarray(out)), True
     new = np.asarray(out)[len(ids) :]
     hit = np.flatnonzero(np.isin(new, ends))
     ended = bool(len(hit))
+    if chat is None:
+        return decode_lenient(tok, np.asarray(out)[: len(ids) + hit[0] if ended else None]), ended
     return chat.reply(decode_lenient(tok, new[: hit[0]] if ended else new), ended)
+
+
+def stop_ids(tok: Tokenizer, raw: bool = False) -> tuple[int, ...]:
+    """Where text that is not a chat reply stops: the tokenizer's end-of-text id (none with
+    ``raw``, or for a tokenizer file that has none)."""
+    return () if raw or tok.eot_id is None else (int(tok.eot_id),)
 
 
 def sample_lengths(cfg: Config, tok: Tokenizer, prompt: str | None, max_new_tokens: int | None,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .._config.schema import BUILTIN_TOKENIZERS, Config, ModelConfig
 from .._config.toml import load_config
-from .._data.chat_format import ChatFormat
+from .._data.chat_format import ChatFormat, trained_on
 from .._data.corpus import Tokenizer
 from .._errors import ConfigError, DataError
 from .chat_file import data_chat_format, kept_chat_format
@@ -102,12 +102,15 @@ def source_chat_format(cfg: Config, source: InitSource, say: Say) -> ChatFormat 
     except DataError as err:
         say(f"note: {err} This run keeps no chat template of its own.")
         return None
-    if chat is not None:
-        say(
-            f"note: the data is not chat, so this run keeps the chat template of init.source "
-            f"{source.path} (from {chat.template_file}): gpt sample writes a prompt as a user "
-            "turn (--raw: as plain text) and gpt export carries the template."
-        )
+    if chat is None:
+        return None
+    # Recorded, so that gpt sample continues prompts as this run's data was written (issue 52).
+    chat = dataclasses.replace(chat, data=trained_on(cfg.data))
+    say(
+        f"note: the data is {chat.data}, not chat, so this run keeps the chat template of "
+        f"init.source {source.path} (from {chat.template_file}) for gpt export to carry; gpt "
+        "sample continues a prompt as plain text, as the data was written."
+    )
     return chat
 
 
