@@ -8,12 +8,16 @@ that stop before the harness run everywhere.
 """
 
 import dataclasses
+import http.server
 import importlib.util
 import io
 import json
 import math
+import os
 import re
+import socket
 import sys
+import threading
 from pathlib import Path
 
 import jax
@@ -258,6 +262,35 @@ def test_generate_until_stops_at_its_until_strings(trained, offline, tmp_path):
     assert len(got["gen0", prompts[0]]) <= 2 < n  # stopped at the later-listed string
 
 
+@needs_lm_eval
+def test_lm_evals_own_output_goes_to_the_runs_log_not_the_terminal(trained, hellaswag, offline,
+                                                                   tmp_path, monkeypatch, capfd):  # fmt: skip
+    """lm-eval's warnings (a metric without its aggregation), its progress bars and the
+    ``fatal: not a git repository`` of the ``git describe`` it runs outside a checkout: into
+    RUN/evals/lm-eval/lm-eval.log, named in one note; the terminal keeps the results."""
+    run, _, _, step = trained
+    yaml = HELLASWAG_YAML.format(name="hs_bare", data=hellaswag[1], choices="{{endings}}",
+                                 delimiter=" ").partition("metric_list:")[0]  # fmt: skip
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "hs_bare.yaml").write_text(yaml + "metric_list:\n  - metric: acc\n")
+    monkeypatch.chdir(tmp_path)  # not a git checkout: git describe fails, as for most users
+    log = run / "evals" / "lm-eval" / "lm-eval.log"
+    log.unlink(missing_ok=True)
+    flags = ["--lm-eval", "hs_bare", "--include-path", str(tmp_path / "tasks")]
+    assert main(["eval", "--run", str(run), *flags]) == 0
+    out, err = capfd.readouterr()
+    assert f"saved {run / 'evals' / 'lm-eval' / f'hs_bare-{step}.json'}" in out
+    kept = log.read_text()
+    for chatter in ("metric acc is defined, but aggregation is not", "fatal: not a git repository"):
+        assert chatter in kept and chatter not in err + out, (kept, err)
+    lines = log.read_bytes().count(b"\n")  # (read_text() reads the progress bars' \r as lines)
+    assert err.strip().splitlines()[-2:] == [
+        "lm-eval loglikelihood: 24/24 windows",  # our own progress stays
+        f"note: lm-eval's own output ({lines - 1} lines: its warnings and progress) is in {log}",
+    ], (err, kept)
+    assert all(line.startswith("lm-eval loglikelihood: ") for line in err.splitlines()[:-1])
+
+
 # --- bad inputs: one line, exit 2 ------------------------------------------------------------
 
 
@@ -277,25 +310,98 @@ def test_unknown_task_lists_near_matches(trained, hellaswag, offline, capsys):
     assert "'hellaswag'" in err and "--include-path FOLDER" in err and "lm-eval ls tasks" in err
 
 
-@needs_lm_eval
-@pytest.mark.parametrize(
-    ("source", "message"),
-    [
-        ("dataset_path: no-such-org/no-such-set", "Couldn't reach 'no-such-org/no-such-set' on the Hub"),
-        ("dataset_path: json\ndataset_kwargs: {data_files: {test: /no/such/file.jsonl}}",
-         "/no/such/file.jsonl"),
-    ],
-)  # fmt: skip
-def test_task_data_that_cannot_be_loaded(trained, offline, tmp_path, capsys, source, message):
-    (tmp_path / "gone.yaml").write_text(
-        f"task: gone\n{source}\ntest_split: test\noutput_type: multiple_choice\n"
-        'doc_to_text: "{{ctx}}"\ndoc_to_choice: "{{endings}}"\ndoc_to_target: 0\n'
+def _task_yaml(folder: Path, source: str, name: str = "gone", text: str = "{{ctx}}") -> Path:
+    (folder / f"{name}.yaml").write_text(
+        f"task: {name}\n{source}\ntest_split: test\noutput_type: multiple_choice\n"
+        f'doc_to_text: "{text}"\ndoc_to_choice: "{{{{endings}}}}"\ndoc_to_target: 0\n'
     )
-    flags = ["--lm-eval", "gone", "--include-path", str(tmp_path)]
+    return folder
+
+
+@needs_lm_eval
+def test_task_data_that_cannot_be_loaded(trained, offline, tmp_path, capsys):
+    source = "dataset_path: json\ndataset_kwargs: {data_files: {test: /no/such/file.jsonl}}"
+    flags = ["--lm-eval", "gone", "--include-path", str(_task_yaml(tmp_path, source))]
     assert main(["eval", "--run", str(trained[0]), *flags]) == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]  # lm-eval's own lines come first
+    err = _one_error_line(capsys)
     assert err.startswith("gpt: error: lm-eval could not load the data of gone: ")
-    assert message in err and "pass its folder with --include-path" in err
+    assert "/no/such/file.jsonl" in err and "pass its folder with --include-path" in err
+
+
+class _NotFound(http.server.BaseHTTPRequestHandler):
+    def do_HEAD(self) -> None:
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@needs_lm_eval
+@pytest.mark.parametrize("hub", ["offline", "refused", "404"])
+def test_a_hub_data_set_out_of_reach_is_one_line_before_lm_eval_loads_it(
+    trained, offline, tmp_path, capsys, monkeypatch, hub
+):
+    """`--lm-eval hellaswag` offline ended in a clear line only after 78-358 s of retries: the
+    data set's place is checked first (HF_HUB_OFFLINE, or the hub not answering for it)."""
+    run = trained[0]
+    names, flags, url = "hellaswag", [], "http://127.0.0.1:{port}"
+    if hub != "offline":  # a local YAML over a hub name: the built-in index is not needed
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.delenv("HF_DATASETS_OFFLINE")
+        names, flags = "gone", ["--include-path", str(_task_yaml(tmp_path, "dataset_path: org/x"))]
+    server = None
+    if hub == "404":
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        monkeypatch.setenv("HF_ENDPOINT", url.format(port=server.server_address[1]))
+    elif hub == "refused":
+        monkeypatch.setenv("HF_ENDPOINT", url.format(port=_closed_port()))
+    written = sorted((run / "evals").rglob("*"))
+    try:
+        assert main(["eval", "--run", str(run), "--lm-eval", names, *flags]) == 2
+    finally:
+        if server is not None:
+            server.shutdown()
+    err = _one_error_line(capsys)
+    why, where = {
+        "offline": ("HF_HUB_OFFLINE is set", "Rowan/hellaswag (task hellaswag)"),
+        "refused": (f"{os.environ.get('HF_ENDPOINT')} cannot be reached: [Errno 111] Connection "
+                    "refused", "org/x (task gone)"),
+        "404": (f"{os.environ.get('HF_ENDPOINT')}/api/datasets/org/x answered 404 Not Found",
+                "org/x (task gone)"),
+    }[hub]  # fmt: skip
+    assert err == (
+        "gpt: error: lm-eval needs data sets of the Hugging Face hub that are not in this "
+        f"machine's cache ({os.environ['HF_HOME']}/datasets) and cannot be downloaded ({why}): "
+        f"{where}. Run once with network access (the data is then cached under HF_HOME), or copy "
+        "the data here and write a task YAML over the local files (dataset_path: json, "
+        "dataset_kwargs: {data_files: {test: FILE.jsonl}}), passed with --include-path."
+    )
+    assert sorted((run / "evals").rglob("*")) == written  # nothing new in the run
+
+
+@needs_lm_eval
+def test_a_task_template_naming_a_missing_field_is_one_line(trained, offline, tmp_path, capsys):
+    """Jinja's UndefinedError with its 53-line traceback, as one line naming the field."""
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"ctx": "The cat", "endings": ["sat.", "sky"]}) + "\n")
+    source = f"dataset_path: json\ndataset_kwargs: {{data_files: {{test: {data}}}}}"
+    _task_yaml(tmp_path, source, name="typo", text="{{context}}")
+    flags = ["--lm-eval", "typo", "--include-path", str(tmp_path)]
+    assert main(["eval", "--run", str(trained[0]), *flags]) == 2
+    assert _one_error_line(capsys) == (
+        "gpt: error: lm-eval could not write the prompts of typo: a template of the task YAML "
+        "failed (UndefinedError: 'context' is undefined). Its templates (doc_to_text, "
+        "doc_to_choice, doc_to_target) may name only fields the task's documents have, in valid "
+        "Jinja; fix the YAML."
+    )
 
 
 def test_lm_eval_not_installed_names_the_extra(monkeypatch, capsys, tmp_path):

@@ -135,10 +135,9 @@ def sample_command(args: argparse.Namespace) -> int:
     from .._data.chat_format import sampling_format
     from .._data.run_tokenizer import run_tokenizer
     from .._inference.plans import plan_sample
-    from .._inference.sampling import Sampling, sample_lengths, sample_reply
+    from .._inference.sampling import Sampling, sample_lengths, sample_reply, stop_ids
     from .._runs.chat_file import run_chat_format
     from .._runs.folders import load_run
-    from .._inference.sampling import stop_ids
     from .eval_report import run_preflight
 
     run = chosen_run(args)

@@ -3,19 +3,22 @@
 The flags, the extra and the task names are checked before JAX compiles anything; then the
 memory pre-flight of ``gpt eval --task`` (the same scorer at ``--batch-size`` rows) runs before
 the checkpoint is read, and ``--dry-run`` stops after it. Each task's results are printed with
-what each metric measures and saved as ``RUN/evals/lm-eval/<task>-<step>.json``.
+what each metric measures and saved as ``RUN/evals/lm-eval/<task>-<step>.json``; lm-eval's own
+output (warnings, progress bars) goes to ``RUN/evals/lm-eval/lm-eval.log``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .._data.run_tokenizer import run_tokenizer
 from .._errors import UsageError
 from .._inference.lm_eval import (
     HarnessScore,
     check_include_path,
+    check_task_data,
     require_lm_eval,
     run_tasks,
     save_harness_score,
@@ -26,6 +29,9 @@ from .._inference.plans import plan_score
 from .._runs.folders import load_run, run_config
 from .empty_values import refuse_empty
 from .run_args import EVAL_KEYS, chosen_run, read_run_config
+from .third_party_log import output_to_log
+
+LOG = "lm-eval.log"  # lm-eval's own output, in RUN/evals/lm-eval/
 
 # What each of lm-eval's common metrics measures, in the units it is printed in.
 MEASURES = {
@@ -54,13 +60,16 @@ def lm_eval_command(args: argparse.Namespace) -> int:
     run = chosen_run(args)
     config = read_run_config(args, run, EVAL_KEYS)
     manager = task_manager(names, args.include_path)
+    check_task_data(manager, names)  # offline: one line now, not minutes of retries
     if run_preflight(args, plan_score(config or run_config(run), args.batch_size, sys.stderr)):
         return 0
     cfg, params, step = load_run(run, config)
-    scores = run_tasks(
-        manager, names, params, cfg, tokenizer=run_tokenizer(run, cfg),
-        batch_size=args.batch_size, stride=args.stride, stream=sys.stderr,
-    )  # fmt: skip
+    # lm-eval's warnings, progress bars and `git describe` errors: to RUN/evals/lm-eval/lm-eval.log
+    with output_to_log(Path(run) / "evals" / "lm-eval", LOG, "lm-eval") as terminal:
+        scores = run_tasks(
+            manager, names, params, cfg, tokenizer=run_tokenizer(run, cfg),
+            batch_size=args.batch_size, stride=args.stride, stream=terminal,
+        )  # fmt: skip
     print(
         f"lm-eval {lm_eval.__version__} on {run} at step {step} "
         f"({args.batch_size} rows per model call)\n{table(scores)}"

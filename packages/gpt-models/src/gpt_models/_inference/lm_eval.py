@@ -6,7 +6,8 @@ extra. The model type lives in ``lm_eval_model.py`` (it subclasses lm_eval's ``L
 
 Task names are looked up in lm_eval's index of its own task YAMLs plus those under
 ``include_path``. Indexing lm_eval's ~15,000 built-in names takes seconds, so names that are all
-plain tasks under ``include_path`` are looked up there alone.
+plain tasks under ``include_path`` are looked up there alone. Tasks whose data sets are on the
+hub, not cached and out of reach are refused before anything loads (:func:`check_task_data`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,15 @@ import difflib
 import hashlib
 import importlib
 import json
+import os
+import ssl
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
+
+import jinja2
 
 from core_primitives import list_alternatives
 
@@ -147,6 +154,101 @@ def task_manager(names: Sequence[str], include_path: str | Path | None = None) -
     return manager
 
 
+def check_task_data(manager: Any, names: Sequence[str]) -> None:
+    """Refuse, in seconds, tasks whose data sets are on the Hugging Face hub, not cached here,
+    and cannot be downloaded (``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE``, or the hub does not
+    answer for them within 5 s); offline, ``datasets`` otherwise retries for minutes first.
+
+    Raises:
+        DataError: one line naming each such data set and its tasks, and the two fixes.
+    """
+    missing: dict[str, list[str]] = {}
+    for task, path in _hub_datasets(manager, names).items():
+        if not _cached(path):
+            missing.setdefault(path, []).append(task)
+    why = _unreachable(list(missing)) if missing else None
+    if why is None:
+        return
+    shown = "; ".join(
+        f"{path} (task {tasks[0]}{f' and {len(tasks) - 1} more' if len(tasks) > 1 else ''})"
+        for path, tasks in list(missing.items())[:4]
+    ) + (f"; and {len(missing) - 4} more data sets" if len(missing) > 4 else "")
+    raise DataError(
+        f"lm-eval needs data sets of the Hugging Face hub that are not in this machine's cache "
+        f"({_datasets_cache()}) and cannot be downloaded ({why}): {shown}. Run once with network "
+        "access (the data is then cached under HF_HOME), or copy the data here and write a task "
+        "YAML over the local files (dataset_path: json, dataset_kwargs: {data_files: {test: "
+        "FILE.jsonl}}), passed with --include-path."
+    )
+
+
+# `datasets` builders that read local files (data_files), not a data set of the hub.
+_LOCAL_BUILDERS = ("json", "csv", "parquet", "text", "arrow", "pandas")
+
+
+def _hub_datasets(manager: Any, names: Sequence[str]) -> dict[str, str]:
+    """``{task: dataset_path}`` of the tasks ``names`` stand for (groups and tags expanded) whose
+    data set is a hub name. Best effort over lm-eval's index: what it cannot read is left to
+    lm-eval, which reports it as it loads."""
+    index, found, seen = manager.task_index, {}, set()
+    todo: list[Any] = list(names)
+    while todo:
+        item = todo.pop(0)
+        name = item.get("task") if isinstance(item, dict) else item
+        entry = index.get(name) if isinstance(name, str) else None
+        if entry is None or name in seen:
+            continue
+        seen.add(name)
+        cfg, kind = entry.cfg or {}, getattr(entry.kind, "name", "")
+        if kind == "GROUP":
+            todo += [t for t in cfg.get("task") or [] if isinstance(t, str | dict)]
+        elif kind == "TAG":
+            todo += [n for n, e in index.items() if name in (e.tags or ())]
+        elif _on_the_hub(path := cfg.get("dataset_path")):
+            found[name] = path
+    return found
+
+
+def _on_the_hub(path: Any) -> bool:
+    return isinstance(path, str) and path not in _LOCAL_BUILDERS and not Path(path).exists()
+
+
+def _datasets_cache() -> Path:
+    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    return Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets")
+
+
+def _cached(path: str) -> bool:
+    """Whether ``datasets`` (``org___name``) or the hub's cache (``datasets--org--name``) holds a
+    copy of the hub data set ``path``."""
+    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    hub = Path(os.environ.get("HF_HUB_CACHE") or home / "hub")
+    return (_datasets_cache() / path.replace("/", "___")).is_dir() or (
+        hub / f"datasets--{path.replace('/', '--')}"
+    ).is_dir()
+
+
+def _unreachable(paths: list[str]) -> str | None:
+    """Why the hub cannot give the data sets ``paths`` (None: it answered for them)."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+            return f"{var} is set"
+    endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+    for path in paths[:3]:  # each asked once, 5 s at most
+        url = f"{endpoint}/api/datasets/{path}"
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=5).close()
+        except urllib.error.HTTPError as err:
+            if err.code not in (401, 403):  # gated or private: the hub client's token decides
+                return f"{url} answered {err.code} {err.reason}"
+        except urllib.error.URLError as err:
+            if not isinstance(err.reason, ssl.SSLError):  # TLS: the hub client's certificates
+                return f"{endpoint} cannot be reached: {err.reason}"
+        except (OSError, ValueError) as err:  # a timeout; a malformed HF_ENDPOINT
+            return f"{endpoint} cannot be reached: {type(err).__name__}: {err}"
+    return None
+
+
 def _near(name: str, known: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, known, n=5, cutoff=0.6)
     return f"near matches: {list_alternatives(close)}" if close else "no near match"
@@ -178,7 +280,8 @@ def evaluate_lm_eval(params: Any, config: Config, tasks: str | Sequence[str], *,
 
     Raises:
         UsageError: lm_eval is not installed, an unknown task, a bad ``batch_size``/``stride``.
-        DataError: ``include_path`` is not a folder, or a request that cannot be scored.
+        DataError: ``include_path`` is not a folder, a task's data set is on the hub and out of
+            reach, a template of a task YAML fails, or a request that cannot be scored.
 
     Example:
         >>> import dataclasses, jax, json, tempfile, pathlib
@@ -202,8 +305,9 @@ def evaluate_lm_eval(params: Any, config: Config, tasks: str | Sequence[str], *,
     """
     names = task_names(tasks)
     options = {"tokenizer": tokenizer, "batch_size": batch_size, "stride": stride, "seed": seed}
-    return run_tasks(task_manager(names, include_path), names, params, config, limit=limit,
-                     stream=stream, **options)  # fmt: skip
+    manager = task_manager(names, include_path)
+    check_task_data(manager, names)
+    return run_tasks(manager, names, params, config, limit=limit, stream=stream, **options)
 
 
 def run_tasks(manager: Any, names: list[str], params: Any, config: Config, *,
@@ -221,6 +325,13 @@ def run_tasks(manager: Any, names: list[str], params: Any, config: Config, *,
         raw = require_lm_eval().simple_evaluate(
             model=model, tasks=names, task_manager=manager, limit=limit, log_samples=False
         )
+    except jinja2.TemplateError as err:  # a template of a task YAML: its 50-line traceback
+        raise DataError(
+            f"lm-eval could not write the prompts of {', '.join(names)}: a template of the task "
+            f"YAML failed ({type(err).__name__}: {err}). Its templates (doc_to_text, "
+            "doc_to_choice, doc_to_target) may name only fields the task's documents have, in "
+            "valid Jinja; fix the YAML."
+        ) from err
     except (ConnectionError, FileNotFoundError) as err:  # what `datasets` raises for its data
         raise DataError(
             f"lm-eval could not load the data of {', '.join(names)}: {err}. Built-in tasks "
