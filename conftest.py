@@ -19,6 +19,11 @@ wheels are tested the same way. JAX is imported lazily, inside the hooks, for th
 JAX's next primitives: `JAX_NEXT_FLAGS=jax_scan3` (comma-separated JAX flags) turns those flags on
 for the run (`nox -s next_primitives`); the `next_flag` fixture turns each on for one test.
 
+Subprocesses are waited on while they make progress, not on a clock (the ``patience`` fixture): a
+fixed timeout that a quiet machine meets by far expired under a load of 9 on 2 cores, and failed a
+test for the machine's sake. A group of processes fails only when none of them has used CPU time
+or written output for ``IDLE_S`` seconds: a hang, whatever the load.
+
 Fault-injection seams the integration tests need live here too, each a fixture whose docstring names
 the internal it patches (from ``gpt_models.internal``) and why no public route reaches that
 moment, so the test files import public names only (``gpt_sigterm_after_loss_plot``).
@@ -26,11 +31,18 @@ moment, so the test files import public names only (``gpt_sigterm_after_loss_plo
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import io
 import os
 import re
 import socket
-from collections.abc import Callable
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -230,3 +242,154 @@ def gpt_sigterm_after_loss_plot() -> str:
     the exit.
     """
     return _GPT_SIGTERM_AFTER_LOSS_PLOT
+
+
+# A process group with no CPU time and no output for this long is hung (a loaded machine slows a
+# process down, it does not stop it: under a load of 9 on 2 cores each still gets CPU every second).
+IDLE_S = 120.0
+_SCAN_S = 1.0  # how often /proc is read for the CPU time
+
+
+def _cpu_seconds(roots: Sequence[int]) -> float | None:
+    """CPU time (user + system, reaped children's too) of ``roots`` and their descendants, from
+    /proc; None where /proc cannot tell (not Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    parents: dict[int, int] = {}
+    used: dict[int, int] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+        parents[int(entry)] = int(fields[1])
+        used[int(entry)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    tree, todo = set(), [p for p in roots if p in used]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo += [c for c, parent in parents.items() if parent == pid and c not in tree]
+    return sum(used[p] for p in tree) / ticks if tree or not roots else None
+
+
+@dataclasses.dataclass
+class Patience:
+    """Waits on subprocesses for as long as they make progress (see the module docstring)."""
+
+    idle_s: float = IDLE_S
+
+    def run(self, args: Sequence[str], *, check: bool = False, input: str | None = None,
+            **kwargs: Any) -> subprocess.CompletedProcess:  # fmt: skip
+        """``subprocess.run`` with ``capture_output=True``, waited on patiently."""
+        kwargs.pop("capture_output", None)
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.PIPE if input is not None else None, **kwargs)  # fmt: skip
+        ((out, err),) = self.communicate([proc], input=input)
+        done = subprocess.CompletedProcess(args, proc.returncode, out, err)
+        if check:
+            done.check_returncode()
+        return done
+
+    def communicate(self, procs: Sequence[subprocess.Popen], *, input: str | None = None,
+                    peers: bool = False) -> list[tuple[Any, Any]]:  # fmt: skip
+        """Every process's ``(stdout, stderr)`` once all have exited; a hang kills them all and
+        fails the test with the tail of what each wrote. ``peers``: processes that wait for each
+        other (``jax.distributed``): one that fails fails them all at once (the others would
+        wait for it until their own start-up timeout)."""
+        outputs = [_Drain(p, input) for p in procs]
+
+        def done() -> bool:
+            failed = peers and any(p.poll() not in (None, 0) for p in procs)
+            return failed or all(p.poll() is not None for p in procs)
+
+        self.wait_for(done, procs, "their exit", outputs=outputs)
+        for p in procs:
+            if p.poll() is None:  # a peer failed: the rest would wait for it
+                p.kill()
+                p.wait()
+        return [o.result() for o in outputs]
+
+    def wait_for(self, predicate: Callable[[], bool], procs: Sequence[subprocess.Popen],
+                 what: str, *, outputs: Sequence[_Drain] = ()) -> None:  # fmt: skip
+        """Return once ``predicate()`` holds, while ``procs`` make progress; fail the test when
+        they have not for ``idle_s`` seconds."""
+        last_cpu, last_out, since = None, -1, time.monotonic()
+        checked = since
+        while not predicate():
+            if procs and all(p.poll() is not None for p in procs) and not predicate():
+                tails = "\n".join(o.tail() for o in outputs)
+                codes = ", ".join(str(p.returncode) for p in procs)
+                pytest.fail(f"the process(es) exited ({codes}) before {what}.\n{tails}")
+            time.sleep(0.05)  # the predicate is checked often (a test may act the moment it holds)
+            if time.monotonic() - checked < _SCAN_S:
+                continue
+            checked = time.monotonic()
+            cpu = _cpu_seconds([p.pid for p in procs if p.poll() is None])
+            out = sum(o.size for o in outputs)
+            if cpu is None or cpu != last_cpu or out != last_out:
+                last_cpu, last_out, since = cpu, out, checked
+            elif checked - since > self.idle_s:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+                tails = "\n".join(o.tail() for o in outputs)
+                pytest.fail(
+                    f"Waiting for {what}: the process(es) made no progress (no CPU time, no "
+                    f"output) for {self.idle_s:.0f} s, killed.\n{tails}"
+                )
+
+
+class _Drain:
+    """A process's stdout and stderr, read in threads as they come (so that pipes never fill), and
+    given back as ``subprocess`` would (text decoded with universal newlines in text mode)."""
+
+    def __init__(self, proc: subprocess.Popen, input: Any) -> None:
+        self.proc, self.size = proc, 0
+        self.pipes = {"out": proc.stdout, "err": proc.stderr}
+        self.parts: dict[str, list[bytes]] = {"out": [], "err": []}
+        self.threads = [
+            threading.Thread(target=self._read, args=(pipe, name), daemon=True)
+            for name, pipe in self.pipes.items()
+            if pipe is not None
+        ]
+        for t in self.threads:
+            t.start()
+        if input is not None and proc.stdin is not None:
+            proc.stdin.write(input)
+            proc.stdin.close()
+
+    def _read(self, pipe: Any, name: str) -> None:
+        raw = getattr(pipe, "buffer", pipe)  # a text pipe's bytes, read as they come
+        while chunk := raw.read1(65536):
+            self.parts[name].append(chunk)
+            self.size += len(chunk)
+
+    def result(self) -> tuple[Any, Any]:
+        for t in self.threads:
+            t.join()
+        return self._value("out"), self._value("err")
+
+    def _value(self, name: str) -> Any:
+        pipe = self.pipes[name]
+        if pipe is None:
+            return None
+        data = b"".join(self.parts[name])
+        if not hasattr(pipe, "buffer"):
+            return data
+        return io.TextIOWrapper(io.BytesIO(data), encoding=pipe.encoding, errors=pipe.errors).read()
+
+    def tail(self) -> str:
+        return b"".join(self.parts["out"] + self.parts["err"]).decode(errors="replace")[-3000:]
+
+
+@pytest.fixture(scope="session")
+def patience() -> Patience:
+    """Run and wait on subprocesses while they make progress: ``patience.run(args, **popen)``
+    (``subprocess.run`` with captured output), ``patience.communicate(procs)`` and
+    ``patience.wait_for(predicate, procs, what)``; a group idle for ``IDLE_S`` s fails the test."""
+    return Patience()

@@ -207,17 +207,19 @@ NEXT_FLAG_SUITES = [
 def tests(session: nox.Session) -> None:
     """Every package's tests and the integration tests on Python 3.13 with the locked JAX (0.12).
 
-    Also the CI scripts' own tests. Without Python 3.13 (outside CI, where that is an error) it
-    runs on the newest supported Python there is, with the JAX the lock gives that Python.
+    Also the CI scripts' own tests. Each folder runs whatever failed before it; the session
+    fails at the end, listing every failed test. Without Python 3.13 (outside CI, where that is
+    an error) it runs on the newest supported Python there is, with the JAX the lock gives it.
     """
     python = h.newest_python(session, PYTHONS)
     venv = h.session_dir(session) / "venv"
     h.sync_locked(session, venv, "dev", python=python)
     py = str(venv / "bin" / "python")
     h.print_jax(session, py)
-    for folder in [*h.package_test_dirs(PACKAGES), "integration_tests"]:
-        h.pytest(session, py, folder)
-    h.pytest(session, py, ".ci/tests", "--doctest-modules", *(f".ci/{m}.py" for m in CI_MODULES))
+    # Every folder runs, and the session fails after the last, listing every failure.
+    groups = [[folder] for folder in [*h.package_test_dirs(PACKAGES), "integration_tests"]]
+    groups.append([".ci/tests", "--doctest-modules", *(f".ci/{m}.py" for m in CI_MODULES)])
+    h.pytest_each(session, py, groups)
 
 
 @nox.session(python=PYTHONS[0], venv_backend="none")

@@ -164,6 +164,54 @@ def pytest(session: nox.Session, python: str, *args: str) -> None:
     session.run(python, "-m", *PYTEST, *args, *session.posargs, env=ENV, external=external)
 
 
+def pytest_each(session: nox.Session, python: str, groups: Sequence[Sequence[str]]) -> None:
+    """Run pytest on each group of arguments in turn (one folder each), and only after the last
+    fail, naming every failed test of every group: a failure in one package's tests must not
+    keep the others from running and being reported.
+    """
+    from nox.command import CommandFailed
+
+    reports = session_dir(session) / "junit"
+    reports.mkdir(parents=True, exist_ok=True)
+    failed: list[str] = []
+    for i, args in enumerate(groups):
+        report = reports / f"{i}.xml"
+        report.unlink(missing_ok=True)
+        try:
+            pytest(session, python, *args, f"--junitxml={report}")
+        except CommandFailed:
+            failed += failed_tests(report) or [f"{' '.join(args)}: pytest failed before testing"]
+    if failed:
+        listed = "\n".join(f"  {name}" for name in failed)
+        session.error(f"{len(failed)} test(s) failed, in {len(groups)} pytest runs:\n{listed}")
+
+
+def failed_tests(report: Path) -> list[str]:
+    """``path::test`` of each failed or erroring test in a pytest JUnit XML report ([] if none).
+
+    Example:
+        >>> import tempfile
+        >>> xml = ('<testsuites><testsuite><testcase classname="tests.test_a" name="test_x">'
+        ...        '<failure message="boom"/></testcase><testcase classname="tests.test_a" '
+        ...        'name="test_y"/></testsuite></testsuites>')
+        >>> path = Path(tempfile.mkdtemp()) / "r.xml"
+        >>> _ = path.write_text(xml)
+        >>> failed_tests(path)
+        ['tests/test_a.py::test_x']
+    """
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.parse(report).getroot()
+    except (OSError, ET.ParseError):
+        return []
+    return [
+        f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+        for case in root.iter("testcase")
+        if case.find("failure") is not None or case.find("error") is not None
+    ]
+
+
 def print_jax(session: nox.Session, python: str) -> str:
     """Log the venv's Python and JAX versions; return the JAX version."""
     probe = "import sys, jax; print('Python', sys.version.split()[0], 'JAX', jax.__version__)"

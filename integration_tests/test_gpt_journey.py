@@ -12,13 +12,11 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-TIMEOUT_S = 400
 SHAPE = [
     "--set", "model.seq_len=32", "--set", "model.d_model=32", "--set", "model.n_layers=2",
     "--set", "model.n_heads=4",
@@ -30,14 +28,21 @@ STEPS = [
 ]  # fmt: skip
 
 
+_patience = None  # the root conftest's, for this module's helpers
+
+
+@pytest.fixture(autouse=True)
+def _set_patience(patience):
+    # Subprocesses are waited on while they make progress, not for a fixed time (issue 52).
+    global _patience
+    _patience = patience
+
+
 def gpt(*args: str, cwd) -> str:
     """Run `gpt ARGS` in `cwd`; its stdout and stderr (the test fails on a nonzero exit)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled",
            "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-m", "gpt_models", *args], cwd=cwd, env=env, capture_output=True,
-        text=True, timeout=TIMEOUT_S,
-    )  # fmt: skip
+    done = _patience.run([sys.executable, "-m", "gpt_models", *args], cwd=cwd, env=env, text=True)
     assert done.returncode == 0, f"gpt {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
     assert "Traceback" not in done.stderr, done.stderr
     return done.stdout + done.stderr

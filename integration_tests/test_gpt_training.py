@@ -12,12 +12,21 @@ import textwrap
 import numpy as np
 import pytest
 
-TIMEOUT_S = 400
 SMALL = [
     "--set", "model.seq_len=32", "--set", "model.d_model=32", "--set", "model.n_layers=2",
     "--set", "model.n_heads=2", "--set", "train.batch_size=8", "--set", "train.warmup_steps=1",
     "--set", "train.eval_batches=1", "--set", "sample.max_new_tokens=4", "--set", "log.every=1",
 ]  # fmt: skip
+
+
+_patience = None  # the root conftest's, for this module's helpers
+
+
+@pytest.fixture(autouse=True)
+def _set_patience(patience):
+    # Subprocesses are waited on while they make progress, not for a fixed time (issue 52).
+    global _patience
+    _patience = patience
 
 
 def _env(devices: int = 1) -> dict[str, str]:
@@ -27,10 +36,8 @@ def _env(devices: int = 1) -> dict[str, str]:
 
 
 def _python(code: str, devices: int = 8) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], env=_env(devices), capture_output=True,
-        text=True, timeout=TIMEOUT_S,
-    )  # fmt: skip
+    proc = _patience.run([sys.executable, "-c", textwrap.dedent(code)], env=_env(devices),
+                         text=True)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout
 
@@ -159,7 +166,9 @@ def test_sigterm_saves_and_resume_is_bit_exact(tmp_path):
             if line.startswith("step") and "/300" in line:
                 proc.send_signal(signal.SIGTERM)
                 break
-        _, err = proc.communicate(timeout=TIMEOUT_S)
+        # The rest of stderr once it has exited (a few lines after SIGTERM: no pipe fills).
+        _patience.wait_for(lambda: proc.poll() is not None, [proc], "gpt's exit after SIGTERM")
+        err = proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -171,8 +180,7 @@ def test_sigterm_saves_and_resume_is_bit_exact(tmp_path):
 
     resumed = _gpt(["train", "--resume", str(run)])
     whole = _gpt([*args, "--name", "whole"])
-    for p in (resumed, whole):
-        _, err = p.communicate(timeout=TIMEOUT_S)
+    for p, (_, err) in zip((resumed, whole), _patience.communicate([resumed, whole])):
         assert p.returncode == 0, err[-3000:]
     jax.tree.map(np.testing.assert_array_equal, _params(run), _params(tmp_path / "whole"))
 
@@ -188,9 +196,9 @@ def test_cli_end_to_end_train_eval_sample(tmp_path):
         "--set",
         "train.checkpoint_every=2",
     ]
-    train = subprocess.run(
+    train = _patience.run(
         [*gpt, "train", "--out", str(tmp_path), "--name", "e2e", *SMALL, *steps],
-        env=_env(1), capture_output=True, text=True, timeout=TIMEOUT_S,
+        env=_env(1), text=True,
     )  # fmt: skip
     assert train.returncode == 0, train.stderr[-3000:]
     assert "--- sample ---" in train.stdout and "step 4" in train.stdout
@@ -202,9 +210,8 @@ def test_cli_end_to_end_train_eval_sample(tmp_path):
         (["eval", "--run", str(run)], "val_loss "),
         (["sample", "--run", str(run), "--prompt", "The ", "--max-new-tokens", "3"], "The "),
     ):
-        proc = subprocess.run([*gpt, *command], env=_env(1), capture_output=True, text=True,
-                              timeout=TIMEOUT_S)  # fmt: skip
+        proc = _patience.run([*gpt, *command], env=_env(1), text=True)
         assert proc.returncode == 0 and proc.stdout.startswith(expected), proc.stderr[-3000:]
-    val = float(subprocess.run([*gpt, "eval", "--run", str(run)], env=_env(1), capture_output=True,
-                               text=True, timeout=TIMEOUT_S).stdout.split()[1])  # fmt: skip
+    val = float(_patience.run([*gpt, "eval", "--run", str(run)], env=_env(1),
+                              text=True).stdout.split()[1])  # fmt: skip
     assert 0 < val < np.log(256) + 0.5  # a byte model near or below uniform, not garbage

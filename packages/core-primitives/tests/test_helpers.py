@@ -75,15 +75,12 @@ def test_helper_argument_errors():
     assert format_path("net/l1") == "net/l1"  # a path already shown is kept, not split by letter
 
 
-def test_backends_initialized_turns_true_when_jax_starts():
-    import subprocess
+def test_backends_initialized_turns_true_when_jax_starts(patience):
     import sys
 
     script = (
         "from core_primitives import compat; import jax; a = compat.backends_initialized(); "
         "jax.devices(); print(a, compat.backends_initialized())"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
-    )
+    out = patience.run([sys.executable, "-c", script], text=True, check=True)
     assert out.stdout.split() == ["False", "True"]

@@ -211,10 +211,8 @@ def test_a_run_shorter_than_its_warmup_trains_with_a_note(tmp_path, capsys, gpt_
     assert load_run(tmp_path / "run")[2] == 5
 
 
-def test_argparse_errors_and_module_entry_point():
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpt_models", "trian"], capture_output=True, text=True, timeout=120
-    )
+def test_argparse_errors_and_module_entry_point(patience):
+    proc = patience.run([sys.executable, "-m", "gpt_models", "trian"], text=True)
     assert proc.returncode == 2
     assert "invalid choice: 'trian'" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -50,6 +50,20 @@ print(tuned, kept, min(faults), given_back)
 """
 
 
+_patience = None  # the root conftest's, for the module's helpers (see _set_patience)
+
+
+@pytest.fixture(autouse=True)
+def _set_patience(patience):
+    # Each test's subprocess is waited on while it makes progress, not for a fixed time.
+    global _patience
+    _patience = patience
+
+
+def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return _patience.run(args, **kwargs)
+
+
 def _untuned_env() -> dict[str, str]:
     """This environment without the user's malloc settings (they would turn our tuning off)."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUN"))}
@@ -58,10 +72,10 @@ def _untuned_env() -> dict[str, str]:
 def _faults_per_call(mode: str, *then: str, **env: str) -> tuple[str, str, int, float]:
     """(tuned, kept, the fewest page faults of 4 calls, RSS given back by ``then`` in scratch
     buffers)."""
-    proc = subprocess.run(
+    proc = _run(
         [sys.executable, "-c", _FAULTS_PER_CALL, mode, *then],
         env=_untuned_env() | {"XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"} | env,
-        capture_output=True, text=True, timeout=300,
+        text=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     tuned, kept, faults, given_back = proc.stdout.split()
@@ -179,9 +193,9 @@ print(scratch, max(over), all(returned), held.returned, round(time.perf_counter(
 def test_await_scratch_starts_the_next_step_only_once_the_scratch_buffer_is_free():
     # gpt train wraps each kept step in await_scratch: XLA frees the scratch just after the
     # outputs are ready, and a step dispatched in between grew the kept heap by a whole buffer.
-    proc = subprocess.run(
+    proc = _run(
         [sys.executable, "-c", _AWAIT_SCRATCH], env=_untuned_env() | {"JAX_PLATFORMS": "cpu"},
-        capture_output=True, text=True, timeout=300,
+        text=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     scratch, over, returned, held_returned, held_took = proc.stdout.split()
@@ -246,9 +260,9 @@ def test_an_allocation_between_steps_does_not_split_the_free_scratch_buffer():
     # Started as gpt train restarts itself, so that only the block held between steps can keep
     # the freed scratch from being reused (the next test says why).
     env = _untuned_env() | {"JAX_PLATFORMS": "cpu", "GLIBC_TUNABLES": START_TUNABLES}
-    proc = subprocess.run(
+    proc = _run(
         [sys.executable, "-c", _SPLIT_SCRATCH],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env, text=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert float(proc.stdout) < 0.25  # growth of the heap, in scratch buffers
@@ -268,9 +282,9 @@ def _starts(tmp_path, *argv: str, **env: str) -> tuple[subprocess.CompletedProce
     (tmp_path / "sitecustomize.py").write_text(_LOG_STARTS)
     log = tmp_path / "starts.log"
     env = _untuned_env() | {"PYTHONPATH": str(tmp_path), "STARTS_LOG": str(log)} | env
-    proc = subprocess.run(
+    proc = _run(
         [sys.executable, "-m", "gpt_models", *argv],
-        env=env | {"JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=300,
+        env=env | {"JAX_PLATFORMS": "cpu"}, text=True,
     )  # fmt: skip
     return proc, log.read_text().splitlines()
 

@@ -34,7 +34,7 @@ def small(small):
 
 
 @pytest.fixture
-def held_run(tmp_path):
+def held_run(tmp_path, patience):
     run = tmp_path / "run"
     run.mkdir()
     holder = subprocess.Popen(
@@ -44,7 +44,7 @@ def held_run(tmp_path):
     assert holder.stdout.readline() == "locked\n"
     yield run, holder.pid
     holder.stdin.close()
-    holder.wait(timeout=60)
+    patience.communicate([holder])
 
 
 def test_train_refuses_a_run_folder_held_by_a_live_process(held_run, small):

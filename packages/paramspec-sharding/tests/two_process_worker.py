@@ -61,7 +61,9 @@ def main() -> None:
 
     import paramspec as ps
 
-    info = ps.initialize_distributed(f"localhost:{port}", 2, pid, initialization_timeout=60)
+    # The test waits on progress (its peer starting JAX on a loaded machine can take minutes);
+    # this bound is for a peer that never comes.
+    info = ps.initialize_distributed(f"localhost:{port}", 2, pid, initialization_timeout=600)
     mesh = ps.make_mesh((2, 2), ("data", "model"))
     # Each process holds its own half of the global batch.
     result = computation(mesh, lambda rows: rows[2 * pid : 2 * pid + 2])

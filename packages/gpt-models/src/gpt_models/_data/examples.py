@@ -119,8 +119,8 @@ def ignored_keys_note(ignored: dict[str, list[Any]]) -> str:
     """The note on message keys left out: ``{key: [first file:line, lines]}``.
 
     Example:
-        >>> ignored_keys_note({"name": ["c.jsonl:3", 12]})
-        "messages' keys other than role, content and weight are left out: 'name' (12 lines, first c.jsonl:3)"
+        >>> ignored_keys_note({"name": ["c.jsonl:3", 12]}).partition(": ")[2]
+        "'name' (12 lines, first c.jsonl:3)"
     """
     each = ", ".join(
         f"{k!r} ({n} line{'s' if n != 1 else ''}, first {where})"

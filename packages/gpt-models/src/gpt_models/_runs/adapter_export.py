@@ -101,8 +101,8 @@ def adapter_base(source: str) -> tuple[str | None, str]:
     the base from this name, which a run folder is not.
 
     Example:
-        >>> adapter_base("")
-        (None, 'the run started from random weights (no init.source), so no Hugging Face model is its base')
+        >>> adapter_base("")[0] is None, adapter_base("")[1][:40]
+        (True, 'the run started from random weights (no ')
     """
     if not source:
         return None, (
