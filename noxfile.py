@@ -368,7 +368,7 @@ def lm_eval(session: nox.Session) -> None:
     h.sync_locked(session, session.virtualenv.location, "dev", "lm-eval")
     hf_home = str(Path(session.create_tmp()) / "hf")
     env = {**h.ENV, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": hf_home}
-    src = "packages/gpt-models/src/gpt_models/_training"
+    src = "packages/gpt-models/src/gpt_models/_inference"
     doctests = ["--doctest-modules", f"{src}/lm_eval.py", f"{src}/lm_eval_model.py"]
     session.run(*h.PYTEST, "packages/gpt-models/tests/test_lm_eval.py", *doctests, env=env)
 

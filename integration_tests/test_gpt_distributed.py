@@ -33,7 +33,7 @@ _patience = None  # the root conftest's, for this module's helpers
 
 @pytest.fixture(autouse=True)
 def _set_patience(patience):
-    # Subprocesses are waited on while they make progress, not for a fixed time (issue 52).
+    # Subprocesses are waited on while they make progress, not for a fixed time.
     global _patience
     _patience = patience
 
@@ -54,7 +54,7 @@ def _start(args: list[str], devices: int) -> subprocess.Popen:
 
 
 def _finish(procs: list[subprocess.Popen]) -> None:
-    outputs = _patience.communicate(procs, peers=True)  # while they make progress (issue 52)
+    outputs = _patience.communicate(procs, peers=True)  # while they make progress
     for p, (out, err) in zip(procs, outputs):
         assert p.returncode == 0, f"worker failed ({p.returncode}):\n{out}\n{err[-4000:]}"
 

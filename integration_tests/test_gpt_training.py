@@ -24,7 +24,7 @@ _patience = None  # the root conftest's, for this module's helpers
 
 @pytest.fixture(autouse=True)
 def _set_patience(patience):
-    # Subprocesses are waited on while they make progress, not for a fixed time (issue 52).
+    # Subprocesses are waited on while they make progress, not for a fixed time.
     global _patience
     _patience = patience
 

@@ -1,7 +1,7 @@
 """``nox -s tests`` runs every package's tests and fails after the last, listing every failure.
 
 The first failing package used to stop the session: gpt-models' suite never ran after a
-paramspec-sharding failure (issue 52).
+paramspec-sharding failure.
 """
 
 from __future__ import annotations

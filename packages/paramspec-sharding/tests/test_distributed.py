@@ -131,7 +131,7 @@ def _run_two_processes(tmp_path: Path, port: int, patience) -> list[dict]:
         )
         for pid, out in enumerate(outs)
     ]
-    # Waited on while they make progress: a fixed 120 s expired under a load of 9 (issue 52).
+    # Waited on while they make progress: a fixed 120 s expired under a load of 9.
     logs = [out for out, _ in patience.communicate(procs, peers=True)]
     for proc, log in zip(procs, logs):
         assert proc.returncode == 0, log[-3000:]

@@ -104,7 +104,7 @@ def source_chat_format(cfg: Config, source: InitSource, say: Say) -> ChatFormat 
         return None
     if chat is None:
         return None
-    # Recorded, so that gpt sample continues prompts as this run's data was written (issue 52).
+    # Recorded, so that gpt sample continues prompts as this run's data was written.
     chat = dataclasses.replace(chat, data=trained_on(cfg.data))
     say(
         f"note: the data is {chat.data}, not chat, so this run keeps the chat template of "
