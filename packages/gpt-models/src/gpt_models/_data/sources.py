@@ -286,8 +286,9 @@ def _json_doc(source: SourceFile, pos: int, line: bytes, field: str, expect: Exp
         example = check_example(record, kind, where)
         if kind == "completion":
             return Document(pos, "\n".join(example), doc.n_replaced, example)
-        text = "\n".join(m["content"] for m in example)
-        return Document(pos, text, doc.n_replaced, example, tuple(unknown_message_keys(record)))
+        contents = "\n".join(m["content"] for m in example)
+        ignored = tuple(unknown_message_keys(record))
+        return Document(pos, contents, doc.n_replaced, example, ignored)
     text = record.get(field) if isinstance(record, dict) else None
     if not isinstance(text, str):
         keys = sorted(record) if isinstance(record, dict) else []

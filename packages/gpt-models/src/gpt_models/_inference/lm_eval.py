@@ -190,13 +190,14 @@ def _hub_datasets(manager: Any, names: Sequence[str]) -> dict[str, str]:
     """``{task: dataset_path}`` of the tasks ``names`` stand for (groups and tags expanded) whose
     data set is a hub name. Best effort over lm-eval's index: what it cannot read is left to
     lm-eval, which reports it as it loads."""
-    index, found, seen = manager.task_index, {}, set()
+    index, seen = manager.task_index, set()
+    found: dict[str, str] = {}
     todo: list[Any] = list(names)
     while todo:
         item = todo.pop(0)
         name = item.get("task") if isinstance(item, dict) else item
         entry = index.get(name) if isinstance(name, str) else None
-        if entry is None or name in seen:
+        if entry is None or not isinstance(name, str) or name in seen:
             continue
         seen.add(name)
         cfg, kind = entry.cfg or {}, getattr(entry.kind, "name", "")
@@ -204,13 +205,13 @@ def _hub_datasets(manager: Any, names: Sequence[str]) -> dict[str, str]:
             todo += [t for t in cfg.get("task") or [] if isinstance(t, str | dict)]
         elif kind == "TAG":
             todo += [n for n, e in index.items() if name in (e.tags or ())]
-        elif _on_the_hub(path := cfg.get("dataset_path")):
+        elif isinstance(path := cfg.get("dataset_path"), str) and _on_the_hub(path):
             found[name] = path
     return found
 
 
-def _on_the_hub(path: Any) -> bool:
-    return isinstance(path, str) and path not in _LOCAL_BUILDERS and not Path(path).exists()
+def _on_the_hub(path: str) -> bool:
+    return path not in _LOCAL_BUILDERS and not Path(path).exists()
 
 
 def _datasets_cache() -> Path:
