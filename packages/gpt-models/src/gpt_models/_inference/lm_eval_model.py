@@ -44,7 +44,6 @@ MODEL_NAME = "gpt-models"
 GEN_KWARGS = ("until", "max_gen_toks", "do_sample", "temperature", "top_k", "top_p")
 
 
-@register_model(MODEL_NAME)
 class LoadedRun(NamedTuple):
     """A run in memory, for :class:`RunLM`: its config, parameters and tokenizer (None: bytes)."""
 
@@ -53,6 +52,7 @@ class LoadedRun(NamedTuple):
     tokenizer: Tokenizer | None = None
 
 
+@register_model(MODEL_NAME)
 class RunLM(LM):  # type: ignore[misc]
     """A gpt run for lm-evaluation-harness: ``model="gpt-models", model_args="run=RUN"``.
 
