@@ -50,15 +50,13 @@ def test_the_restarted_process_does_not_restart_again_and_hands_children_a_clean
     assert launcher.settle_after_restart(env) is False
 
 
-def test_a_bad_off_switch_is_one_line_naming_it():
+def test_a_bad_off_switch_is_one_line_naming_it(patience):
     with pytest.raises(ValueError, match=r"GPT_CPU_RESTART='yes': expected 0 .* or 1 "):
         _decide({"GPT_CPU_RESTART": "yes"})
-    proc = subprocess.run(
+    proc = patience.run(
         [sys.executable, "-m", "gpt_models", "train", "--dry-run"],
         env=os.environ | {"GPT_CPU_RESTART": "yes"},
-        capture_output=True,
         text=True,
-        timeout=600,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
@@ -88,7 +86,7 @@ def test_a_failed_restart_says_so_and_goes_on(monkeypatch, capsys):
 
 
 def _interrupt_at(
-    tmp_path, seconds: float, *extra: str
+    tmp_path, patience, seconds: float, *extra: str
 ) -> tuple[subprocess.CompletedProcess, float]:
     """``gpt train`` (3,000 small steps) sent SIGINT ``seconds`` after it starts; its result and
     how long it took from the signal to its exit."""
@@ -101,7 +99,7 @@ def _interrupt_at(
     time.sleep(seconds)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=600)
+    ((out, err),) = patience.communicate([proc])
     return subprocess.CompletedProcess(
         proc.args, proc.returncode, out, err
     ), time.monotonic() - sent
@@ -109,19 +107,19 @@ def _interrupt_at(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seconds", [1.0, 3.0])
-def test_ctrl_c_at_start_stops_gpt_train_within_seconds(tmp_path, seconds):
-    proc, took = _interrupt_at(tmp_path, seconds)
+def test_ctrl_c_at_start_stops_gpt_train_within_seconds(tmp_path, patience, seconds):
+    proc, took = _interrupt_at(tmp_path, patience, seconds)
     assert proc.returncode == 130, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("gpt: interrupted (Ctrl-C)")
     assert took < 60  # seconds, not the run's minutes (it was 74.5 s, every step trained)
     run = tmp_path / "runs" / "x"
     if run.exists():  # a run folder left behind is one --auto-resume accepts
-        again = subprocess.run(
+        again = patience.run(
             [sys.executable, "-m", "gpt_models", "train", "--name", "x", "--auto-resume",
              "--dry-run", "--set", "train.steps=3000", "--set", "model.d_model=32",
              "--set", "model.n_layers=1", "--set", "model.seq_len=32",
              "--set", "train.batch_size=4"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=600,
+            cwd=tmp_path, text=True,
         )  # fmt: skip
         assert again.returncode == 0, again.stderr

@@ -77,11 +77,10 @@ def test_no_module_imports_a_higher_layer(path):
     )
 
 
-def test_reading_commands_do_not_import_training(tmp_path, make_config):
+def test_reading_commands_do_not_import_training(tmp_path, make_config, patience):
     # `gpt sample` and `gpt eval` of a run never load the training code: a subprocess runs both
     # and lists the gpt_models modules they imported.
     import io
-    import subprocess
     import sys
 
     run = tmp_path / "run"
@@ -94,9 +93,7 @@ def test_reading_commands_do_not_import_training(tmp_path, make_config):
         f"assert main(['eval', '--run', {str(run)!r}]) == 0\n"
         "print(sorted(m for m in sys.modules if m.startswith('gpt_models._training')))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=900
-    )
+    out = patience.run([sys.executable, "-c", script], text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
 

@@ -84,22 +84,16 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_metrics_cover_every_checkpoint_after_kill_9(tmp_path, small_args):
+def test_metrics_cover_every_checkpoint_after_kill_9(tmp_path, small_args, patience):
     # The metrics were written every 20 log calls and not at checkpoints: a run killed after
     # checkpoint 4 had no metrics/ folder, and --auto-resume started a new log at step 5.
-    import subprocess
     import sys
 
     import lox
 
     args = ["train", "--out", str(tmp_path), "--name", "run", *small_args,
             "--set", "train.steps=6", "--set", "train.checkpoint_every=2", "--set", "log.every=1"]  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, "-c", _KILLED_AFTER_SECOND_CHECKPOINT, *args],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    proc = patience.run([sys.executable, "-c", _KILLED_AFTER_SECOND_CHECKPOINT, *args], text=True)
     assert proc.returncode == 9, proc.stderr
     logs = lox.load(tmp_path / "run" / "metrics" / "run_0")
     assert logs.steps["loss"]["step"].tolist() == [0, 1, 2, 3]  # every step up to checkpoint 4
