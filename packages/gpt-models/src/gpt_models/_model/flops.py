@@ -19,7 +19,7 @@ def _projections(model: ModelConfig) -> dict[str, tuple[int, int]]:
     d, f = model.d_model, model.ff_dim
     q, kv = model.n_heads * model.head_dim, model.kv_heads * model.head_dim
     shapes = {"q": (d, q), "k": (d, kv), "v": (d, kv), "o": (q, d), "up": (d, f), "down": (f, d)}
-    if model.mlp == "swiglu":
+    if model.gated:
         shapes["gate"] = (d, f)
     return shapes
 
@@ -63,6 +63,6 @@ def flops_per_token(config: Any) -> float:
     lora = lora_config(model)
     if lora is None:
         return 6.0 * n_matmul + attention
-    adapted = lora.kernels(gated=model.mlp == "swiglu")
+    adapted = lora.kernels(gated=model.gated)
     n_lora = layers * lora.rank * sum(sum(shapes[k]) for k in adapted)
     return 4.0 * n_matmul + 6.0 * n_lora + attention

@@ -33,7 +33,9 @@ _MLP_ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "gelu": jax.nn.gelu,
     "relu2": lambda x: jnp.square(jax.nn.relu(x)),
     "swiglu": jax.nn.silu,  # gated: silu(gate(x)) * up(x)
+    "geglu": jax.nn.gelu,  # gated, tanh GELU: Gemma's gelu_pytorch_tanh
 }
+_GATED = ("swiglu", "geglu")
 
 _REMAT_POLICIES = {
     "full": None,  # save nothing: recompute the whole block in the backward pass
@@ -74,6 +76,7 @@ class _Common:
         self.out_init = jax.nn.initializers.normal(cfg.init_std / math.sqrt(2 * cfg.n_layers))
         self.layernorm = cfg.norm == "layernorm"
         self.eps = cfg.norm_eps
+        self.plus_one = cfg.norm_plus_one
 
     def norm(self, graph: bx.Graph) -> bx.Module:
         kwargs = {
@@ -84,11 +87,36 @@ class _Common:
         }
         if self.layernorm:
             return bx.LayerNorm(graph, bias_metadata=_axes(None), **kwargs)
+        if self.plus_one:  # Gemma: stored as w, multiplies by 1 + w
+            kwargs |= {"scale_offset": 1.0, "scale_init": jax.nn.initializers.zeros}
         return bx.RMSNorm(graph, **kwargs)
+
+
+def per_layer(cfg: ModelConfig) -> dict[str, list[Any]]:
+    """What differs between the blocks: the sliding window (0 = none) and, where the windowed
+    layers have a RoPE base of their own, each layer's base."""
+    if not cfg.sliding_window:
+        return {}
+    windowed = [cfg.windowed(i) for i in range(cfg.n_layers)]
+    out: dict[str, list[Any]] = {"window": [cfg.sliding_window if w else 0 for w in windowed]}
+    if cfg.rope_local_theta and cfg.pos == "rope":
+        out["rope_base"] = [cfg.rope_local_theta if w else cfg.rope_theta for w in windowed]
+    return out
+
+
+def _query_norm_axes(cfg: ModelConfig) -> dict[str, dict[str, Any]]:
+    if cfg.qk_norm_scope == "all":
+        return {"query_norm": _axes("heads", "head_dim"), "key_norm": _axes("kv_heads", "head_dim")}
+    return {"query_norm": _axes(None), "key_norm": _axes(None)}
 
 
 class Block(bx.Module):
     """Pre-norm transformer block: ``x + drop(attn(norm(x)))``, then ``x + drop(mlp(norm(x)))``.
+
+    ``model.norm_placement`` moves the norms: ``post`` normalises each sublayer's output
+    instead (``x + norm(attn(x))``: OLMo 2), ``sandwich`` does both (Gemma 2 and 3).
+    ``window`` and ``rope_base`` are this layer's sliding window and RoPE base
+    (:func:`per_layer`; ``Repeat`` hands each block its own).
 
     ``y, params = block(params, x, segment_ids=None, decode=False, is_training=False,
     constrain=...)``; ``constrain(x, logical_axes)`` places the residual stream it returns (the
@@ -104,7 +132,12 @@ class Block(bx.Module):
     ) -> None:
         super().__init__(graph)
         c = _Common(cfg)
-        self.attn_norm = c.norm(graph / "attn_norm")
+        pre, post = cfg.norm_placement != "post", cfg.norm_placement != "pre"
+        self.attn_norm = c.norm(graph / "attn_norm") if pre else None
+        self.attn_out_norm = c.norm(graph / "attn_out_norm") if post else None
+        self.mlp_norm = c.norm(graph / "mlp_norm") if pre else None
+        self.mlp_out_norm = c.norm(graph / "mlp_out_norm") if post else None
+        qkv = ("query", "key", "value") if cfg.qkv_bias else ()
         self.attn = bx.MultiHeadAttention(
             graph / "attn",
             cfg.n_heads,
@@ -115,8 +148,12 @@ class Block(bx.Module):
             rope_base=cfg.rope_theta,
             kernel_init=c.init,
             out_init=c.out_init,
-            qk_norm=cfg.qk_norm,
-            use_bias=cfg.bias,
+            qk_norm=cfg.qk_norm and cfg.qk_norm_scope,
+            qk_norm_eps=cfg.norm_eps,
+            qk_norm_offset=1.0 if cfg.norm_plus_one else 0.0,
+            scale=cfg.attn_scalar**-0.5 if cfg.attn_scalar else None,
+            logit_softcap=cfg.attn_softcap,
+            use_bias=cfg.bias or qkv,
             implementation=cfg.attention,
             dropout_rate=cfg.dropout,
             metadata={
@@ -128,21 +165,19 @@ class Block(bx.Module):
                 "key_bias": _axes("kv_heads", "head_dim"),
                 "value_bias": _axes("kv_heads", "head_dim"),
                 "out_bias": _axes("embed"),
-                "query_norm": _axes(None),
-                "key_norm": _axes(None),
+                **_query_norm_axes(cfg),
             },
             dtype=c.dtype,
             param_dtype=c.param_dtype,
             lora=lora,
         )
         self.drop = bx.Dropout(graph / "drop", cfg.dropout, rng=rng)  # no params: used twice
-        self.mlp_norm = c.norm(graph / "mlp_norm")
         self.mlp = bx.MLP(
             graph / "mlp",
             [cfg.ff_dim, cfg.d_model],
             rng=rng,
             activation=_MLP_ACTIVATIONS[cfg.mlp],
-            gated=cfg.mlp == "swiglu",
+            gated=cfg.mlp in _GATED,
             use_bias=cfg.bias,
             kernel_init=[c.init, c.out_init],
             kernel_metadata=[_axes("embed", "mlp"), _axes("mlp", "embed")],
@@ -161,17 +196,32 @@ class Block(bx.Module):
         decode: bool = False,
         is_training: bool = False,
         constrain: Any = no_constraint,
+        window: Any = None,
+        rope_base: Any = None,
     ) -> tuple[Array, bx.Params]:
-        h, params = self.attn_norm(params, x)
+        h, params = _maybe(self.attn_norm, params, x)
         h, params = self.attn(
-            params, h, causal=True, decode=decode, segment_ids=segment_ids, is_training=is_training
+            params,
+            h,
+            causal=True,
+            decode=decode,
+            segment_ids=segment_ids,
+            is_training=is_training,
+            window=window,
+            rope_base=rope_base,
         )
+        h, params = _maybe(self.attn_out_norm, params, h)
         h, params = self.drop(params, h, is_training=is_training)
         x = x + h
-        h, params = self.mlp_norm(params, x)
+        h, params = _maybe(self.mlp_norm, params, x)
         h, params = self.mlp(params, h, is_training=is_training)
+        h, params = _maybe(self.mlp_out_norm, params, h)
         h, params = self.drop(params, h, is_training=is_training)
         return constrain(x + h, RESIDUAL), params
+
+
+def _maybe(norm: bx.Module | None, params: bx.Params, x: Array) -> tuple[Array, bx.Params]:
+    return (x, params) if norm is None else norm(params, x)
 
 
 class GPT(bx.Module):
@@ -239,6 +289,7 @@ class GPT(bx.Module):
             remat_policy=_REMAT_POLICIES.get(cfg.remat),
             logical_axis="layers",
             is_static=not cfg.scan_layers,
+            per_layer=per_layer(cfg),
         )
         self.final_norm = c.norm(graph / "final_norm")
         self.unembed = None
@@ -267,6 +318,8 @@ class GPT(bx.Module):
     ) -> tuple[Array, bx.Params]:
         cfg = self.cfg
         x, params = self._embed(params, tokens, constrain)
+        if cfg.embed_scale:  # Gemma: sqrt(d_model), rounded to the activations' dtype first
+            x = x * jnp.asarray(math.sqrt(cfg.d_model), x.dtype)
         if self.pos_embed is not None:
             if positions is None:  # RoPE's positions are the attention's own, from segment_ids
                 positions = (

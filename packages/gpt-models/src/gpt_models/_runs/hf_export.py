@@ -41,7 +41,8 @@ from .._data.chat_format import ChatFormat
 from .._data.run_tokenizer import TOKENIZER_FILE
 from .._errors import CheckpointFormatError, UsageError
 from .._model.gpt import gpt
-from .._model.hf_layout import PREFIX, Layout, export_layout
+from .._model.hf_families import export_layout
+from .._model.hf_layout import PREFIX, Layout
 from .._model.lora import is_adapter
 from .folders import check_new_path, new_folder
 from .hf_folder import check_dtype, parse_tokenizer
