@@ -10,6 +10,7 @@ and transformers (nox -s interop installs them) and skip without.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jax
@@ -17,7 +18,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gpt_models import CheckpointFormatError, export_hf, forward, generate, import_hf, main
+from gpt_models import (
+    CheckpointFormatError,
+    LoRAConfig,
+    export_adapter,
+    export_hf,
+    forward,
+    generate,
+    import_hf,
+    init_params,
+    main,
+)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -141,3 +152,32 @@ def test_a_tensor_of_the_wrong_shape_is_named(tmp_path):
     save_file(tensors, weights, metadata={"format": "pt"})
     with pytest.raises(CheckpointFormatError, match=r"model\.layers\.1\.self_attn\.q_norm\.weight"):
         import_hf(tmp_path / "hf")
+
+
+# peft and transformers warn about each other's deprecations: theirs, not ours.
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.parametrize("arch", ["Qwen2ForCausalLM", "Gemma3ForCausalLM"])
+def test_lora_on_every_projection_exports_an_adapter_peft_loads(arch, tmp_path):
+    """LoRA targets q, k, v, o, gate, up, down of the new families (Gemma's GeGLU gate too);
+    peft puts the exported adapter on the exported base and gets our logits."""
+    peft = pytest.importorskip("peft")
+    hf_model(arch).save_pretrained(tmp_path / "hf")
+    imported, _ = import_hf(tmp_path / "hf")
+    cfg = dataclasses.replace(imported, lora=LoRAConfig(rank=4, alpha=8.0, targets="attn,mlp"))
+    params = init_params(cfg, jax.random.key(0))
+    keys = iter(jax.random.split(jax.random.key(5), len(params)))
+    params = type(params)({
+        path: p.replace(value=0.2 * jax.random.normal(next(keys), p.shape, p.dtype))
+        if "lora_" in path[-1] else p
+        for path, p in params.items()
+    }).locked()  # fmt: skip
+    export_adapter(cfg, params, tmp_path / "adapter")
+    export_hf(cfg.model, params.split(lambda path, _: "lora" not in path[-1])[0], tmp_path / "base")
+    base = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    model = peft.PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
+    ours = np.asarray(forward(params, jnp.asarray(TOKENS), cfg))[..., :VOCAB]
+    assert np.abs(ours - hf_logits(model, TOKENS)).max() <= 1e-4
+    merged = tmp_path / "merged"
+    export_hf(cfg, params, merged)  # the adapters merged into the weights: a plain model
+    plain = transformers.AutoModelForCausalLM.from_pretrained(merged).eval()
+    assert np.abs(ours - hf_logits(plain, TOKENS)).max() <= 1e-4
