@@ -52,6 +52,11 @@ FAMILIES = {
         **WINDOW, **SANDWICH_LAYERS, "head_dim": 16, "query_pre_attn_scalar": 16,
         "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0},
                             "sliding_attention": {"rope_type": "default", "rope_theta": 50.0}}}),
+    "MixtralForCausalLM": ("MixtralConfig", {**WINDOW, "num_local_experts": 4,
+                                             "num_experts_per_tok": 2}),
+    "Qwen3MoeForCausalLM": ("Qwen3MoeConfig", {"head_dim": 16, "num_experts": 4,
+                                               "num_experts_per_tok": 2,
+                                               "moe_intermediate_size": 24}),
 }  # fmt: skip
 
 
@@ -128,6 +133,10 @@ def test_the_sliding_window_is_what_transformers_windows():
         ("Olmo2ForCausalLM", {"attention_bias": True}, "attention_bias = True is not supported"),
         ("Gemma2ForCausalLM", {"hidden_activation": "gelu"},
          "hidden_activation = 'gelu' is not supported (expected 'gelu_pytorch_tanh')"),
+        ("Qwen3MoeForCausalLM", {"decoder_sparse_step": 2},
+         "decoder_sparse_step = 2 is not supported (expected 1 (experts on every layer))"),
+        ("MixtralForCausalLM", {"num_local_experts": 5},
+         "model.layers.0.block_sparse_moe.experts.4.w1.weight"),
     ],
 )  # fmt: skip
 def test_an_option_we_lack_is_named_and_nothing_is_written(arch, changes, needle, tmp_path,

@@ -126,6 +126,12 @@ def lora_problems(cfg: Config) -> list[str]:
             f"lora.targets = {lora.targets!r} names no projection; give at least one of "
             f"{_LISTED}, comma-separated (e.g. 'q,v')"
         )
+    elif not unknown and m.n_experts and {"gate", "up", "down", "mlp"} & set(names):
+        problems.append(
+            f"lora.targets = {lora.targets!r} names MLP projections, but model.n_experts = "
+            f"{m.n_experts}: the experts take no adapters; target the attention, e.g. "
+            "--set lora.targets=attn"
+        )
     elif not unknown and "gate" in names and not m.gated:
         problems.append(
             f"lora.targets names 'gate', but model.mlp = {m.mlp!r} has no gate projection (only "

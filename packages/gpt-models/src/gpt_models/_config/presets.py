@@ -112,6 +112,9 @@ _LLAMA32_1B = _published(vocab_size=128256, d_model=2048, d_ff=8192, n_layers=16
 _MISTRAL_7B = _published(vocab_size=32000, d_model=4096, d_ff=14336, n_layers=32, n_heads=32,
                          n_kv_heads=8, sliding_window=4096, norm_eps=1e-5,
                          tie_embeddings=False)  # fmt: skip
+_MIXTRAL_8X7B = _published(vocab_size=32000, d_model=4096, d_ff=14336, n_layers=32, n_heads=32,
+                           n_kv_heads=8, n_experts=8, experts_per_token=2, rope_theta=1e6,
+                           norm_eps=1e-5, tie_embeddings=False)  # fmt: skip
 
 PRESETS: Mapping[str, Config] = {
     "tiny": _tiny(),
@@ -125,4 +128,5 @@ PRESETS: Mapping[str, Config] = {
     "gemma3-1b": _GEMMA3_1B,
     "llama3.2-1b": _LLAMA32_1B,
     "mistral-7b": _MISTRAL_7B,
+    "mixtral-8x7b": _MIXTRAL_8X7B,
 }

@@ -103,6 +103,12 @@ class ModelConfig:
             before the residual add: OLMo 2) or sandwich (both: Gemma 2 and 3).
         norm_plus_one: RMSNorm scales are stored as w and multiply by 1 + w (Gemma).
         embed_scale: multiply the token embeddings by sqrt(d_model) (Gemma).
+        n_experts: a mixture of n_experts SwiGLU experts instead of the MLP (0 = a dense MLP;
+            Mixtral: 8), with a top-k router; the experts carry the logical axis expert.
+        experts_per_token: experts each token goes through (Mixtral: 2, Qwen3-MoE: 8).
+        moe_d_ff: each expert's hidden width (0 = d_ff).
+        moe_norm_topk: renormalise the picked experts' router weights to sum to 1 (Mixtral;
+            Qwen3-MoE's norm_topk_prob).
     """
 
     vocab_size: int = 256
@@ -140,6 +146,10 @@ class ModelConfig:
     norm_placement: str = "pre"
     norm_plus_one: bool = False
     embed_scale: bool = False
+    n_experts: int = 0
+    experts_per_token: int = 2
+    moe_d_ff: int = 0
+    moe_norm_topk: bool = True
 
     @property
     def base(self) -> ModelConfig:
@@ -479,6 +489,8 @@ def _family_problems(m: ModelConfig) -> list[str]:
             ("d_head", m.d_head),
             ("sliding_window", m.sliding_window),
             ("global_every", m.global_every),
+            ("n_experts", m.n_experts),
+            ("moe_d_ff", m.moe_d_ff),
         )
         if value < 0
     ]
@@ -498,6 +510,16 @@ def _family_problems(m: ModelConfig) -> list[str]:
         problems.append(
             f"model.global_every = {m.global_every} needs model.sliding_window > 0 (it picks "
             "the layers without a window)"
+        )
+    if m.n_experts and not 0 < m.experts_per_token <= m.n_experts:
+        problems.append(
+            f"model.experts_per_token = {m.experts_per_token} must be in 1..model.n_experts = "
+            f"{m.n_experts}"
+        )
+    if m.n_experts and (m.mlp != "swiglu" or m.bias):
+        problems.append(
+            f"model.n_experts = {m.n_experts} needs SwiGLU experts without biases: "
+            f"model.mlp = 'swiglu' (not {m.mlp!r}) and model.bias = false"
         )
     if m.norm_plus_one and m.norm != "rmsnorm":
         problems.append("model.norm_plus_one = true needs model.norm = 'rmsnorm'")

@@ -172,19 +172,23 @@ class Block(bx.Module):
             lora=lora,
         )
         self.drop = bx.Dropout(graph / "drop", cfg.dropout, rng=rng)  # no params: used twice
-        self.mlp = bx.MLP(
-            graph / "mlp",
-            [cfg.ff_dim, cfg.d_model],
-            rng=rng,
-            activation=_MLP_ACTIVATIONS[cfg.mlp],
-            gated=cfg.mlp in _GATED,
-            use_bias=cfg.bias,
-            kernel_init=[c.init, c.out_init],
-            kernel_metadata=[_axes("embed", "mlp"), _axes("mlp", "embed")],
-            bias_metadata=[_axes("mlp"), _axes("embed")],
-            dtype=c.dtype,
-            param_dtype=c.param_dtype,
-            lora=lora,
+        self.mlp = (
+            _moe(graph / "moe", cfg, rng, c)
+            if cfg.n_experts
+            else bx.MLP(
+                graph / "mlp",
+                [cfg.ff_dim, cfg.d_model],
+                rng=rng,
+                activation=_MLP_ACTIVATIONS[cfg.mlp],
+                gated=cfg.mlp in _GATED,
+                use_bias=cfg.bias,
+                kernel_init=[c.init, c.out_init],
+                kernel_metadata=[_axes("embed", "mlp"), _axes("mlp", "embed")],
+                bias_metadata=[_axes("mlp"), _axes("embed")],
+                dtype=c.dtype,
+                param_dtype=c.param_dtype,
+                lora=lora,
+            )
         )
 
     def __call__(
@@ -214,10 +218,24 @@ class Block(bx.Module):
         h, params = self.drop(params, h, is_training=is_training)
         x = x + h
         h, params = _maybe(self.mlp_norm, params, x)
-        h, params = self.mlp(params, h, is_training=is_training)
+        if isinstance(self.mlp, bx.MoE):
+            (h, _), params = self.mlp(params, h)
+        else:
+            h, params = self.mlp(params, h, is_training=is_training)
         h, params = _maybe(self.mlp_out_norm, params, h)
         h, params = self.drop(params, h, is_training=is_training)
         return constrain(x + h, RESIDUAL), params
+
+
+def _moe(graph: bx.Graph, cfg: ModelConfig, rng: bx.Rng, c: _Common) -> bx.MoE:
+    """The mixture of SwiGLU experts that replaces the MLP (``model.n_experts > 0``)."""
+    expert = {"gate": _axes("expert", "embed", "mlp"), "up": _axes("expert", "embed", "mlp"),
+              "down": _axes("expert", "mlp", "embed"), "router": _axes("embed", None)}  # fmt: skip
+    return bx.MoE(
+        graph, cfg.n_experts, cfg.experts_per_token, cfg.moe_d_ff or cfg.ff_dim, rng=rng,
+        normalize_top_k=cfg.moe_norm_topk, kernel_init=c.init, out_init=c.out_init,
+        metadata=expert, dtype=c.dtype, param_dtype=c.param_dtype,
+    )  # fmt: skip
 
 
 def _maybe(norm: bx.Module | None, params: bx.Params, x: Array) -> tuple[Array, bx.Params]:

@@ -16,9 +16,12 @@ from .hf_gemma import GEMMA2, GEMMA3
 from .hf_gpt2 import GPT2
 from .hf_layout import Layout
 from .hf_llama import LLAMA
+from .hf_moe import MIXTRAL, QWEN3_MOE
 
 # Export picks the first family that represents a model exactly: the plainest first.
-FAMILIES: tuple[Layout, ...] = (GPT2, LLAMA, QWEN2, QWEN3, MISTRAL, OLMO2, GEMMA2, GEMMA3)
+FAMILIES: tuple[Layout, ...] = (
+    GPT2, LLAMA, QWEN2, QWEN3, MISTRAL, OLMO2, GEMMA2, GEMMA3, MIXTRAL, QWEN3_MOE,
+)  # fmt: skip
 # The families the hints of a refused export name: the two a new run trains most easily.
 _HINTED = (GPT2, LLAMA)
 

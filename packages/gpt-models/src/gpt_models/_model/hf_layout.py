@@ -33,6 +33,7 @@ FEATURES: dict[str, object] = {
     "qk_norm": False, "qk_norm_scope": "head", "logit_softcap": 0.0, "qkv_bias": False,
     "sliding_window": 0, "global_every": 0, "rope_local_theta": 0.0, "attn_softcap": 0.0,
     "attn_scalar": 0.0, "norm_placement": "pre", "norm_plus_one": False, "embed_scale": False,
+    "n_experts": 0, "experts_per_token": 2, "moe_d_ff": 0, "moe_norm_topk": True,
 }  # fmt: skip
 
 
@@ -193,6 +194,8 @@ class Layout(abc.ABC):
         moot = [] if m.qk_norm else ["qk_norm_scope"]
         if not m.sliding_window:  # no windowed layer: their pattern and RoPE base are moot
             moot += ["global_every", "rope_local_theta"]
+        if not m.n_experts:  # no experts: how they would be picked is moot
+            moot += ["experts_per_token", "moe_d_ff", "moe_norm_topk"]
         unused = {k: v for k, v in unused.items() if k not in moot}
         needs = {**self.needs, **{k: v for k, v in unused.items() if k not in self.needs}}
         return {k: v for k, v in needs.items() if getattr(m, k) != v}
