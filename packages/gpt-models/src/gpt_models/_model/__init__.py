@@ -1,4 +1,5 @@
-"""The GPT itself: the blox modules and params (``gpt.py``); the training FLOPs per token of a
+"""The GPT itself: the blox modules and params (``gpt.py``), its transformer block and what its
+layers share (``block.py``); the training FLOPs per token of a
 full or LoRA run (``flops.py``); the next-token loss of plain
 and packed batches (``loss.py``); sampling and generation
 with or without a KV cache (``generate.py``); which attention cores this backend can run
