@@ -5,8 +5,8 @@ and packed batches (``loss.py``); sampling and generation
 with or without a KV cache (``generate.py``); which attention cores this backend can run
 (``attention.py``); the Hugging Face families in its terms, config.json and tensors (``hf_layout.py``
 for what they share, ``hf_gpt2.py``, ``hf_llama.py`` with the Llama-like layout, ``hf_dense.py``
-for Qwen2, Qwen3, Mistral and OLMo 2, ``hf_gemma.py`` for Gemma 2 and 3, ``hf_families.py``, the
-registry that picks one); the model section of a run with LoRA adapters
+for Qwen2, Qwen3, Mistral and OLMo 2, ``hf_gemma.py`` for Gemma 2 and 3, ``hf_moe.py`` for Mixtral and
+Qwen3-MoE, ``hf_families.py``, the registry that picks one); the model section of a run with LoRA adapters
 and its ``bx.LoRA`` (``lora.py``).
 
 Layer 3 of gpt_models. May import: ``.._errors``, ``.._config``, ``.._data``, ``.._distributed``.
