@@ -34,8 +34,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 VOCAB = 100  # not a multiple of 64: the import pads it
-SHAPE = {"vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 3,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}  # fmt: skip
+SHAPE = {"vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 48,
+         "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "max_position_embeddings": 64}  # fmt: skip
 WINDOW = {"sliding_window": 4}
 SANDWICH_LAYERS = {"layer_types": ["sliding_attention", "sliding_attention", "full_attention"]}
 # family -> (transformers config class, its options beyond the shape)

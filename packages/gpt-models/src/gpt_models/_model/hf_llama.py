@@ -177,8 +177,8 @@ def window_pattern(read: ConfigReader, layers: int, window: int) -> dict[str, in
         read.refuse("sliding_window", window, "a positive integer: layer_types has windowed layers")
     every = 0 if all(windowed) else windowed.index(False) + 1
     if every and windowed != [(i + 1) % every != 0 for i in range(layers)]:
-        read.refuse("layer_types", json_text(types),
-                    f"layers {every}, {2 * every}, ... {FULL!r} and the others {SLIDING!r}")  # fmt: skip
+        wanted = f"layers {every}, {2 * every}, ... {FULL!r} and the others {SLIDING!r}"
+        read.refuse("layer_types", json_text(types), wanted)
     return {"sliding_window": window, "global_every": every}
 
 

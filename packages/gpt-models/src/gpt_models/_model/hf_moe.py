@@ -83,7 +83,8 @@ class Qwen3MoeLayout(Qwen3Layout):
         experts = "num_experts" if "num_experts" in read.raw else "num_local_experts"
         return {**super().family_reads(read), "experts": read.int(experts),
                 "k": read.int("num_experts_per_tok"), "d_ff": read.int("moe_intermediate_size"),
-                "norm": read.flag("norm_topk_prob", False), "step": read.int("decoder_sparse_step", 1),
+                "norm": read.flag("norm_topk_prob", False),
+                "step": read.int("decoder_sparse_step", 1),
                 "dense": read.raw.get("mlp_only_layers") or []}  # fmt: skip
 
     def family_settings(self, read: ConfigReader, reads: dict[str, Any], layers: int) -> dict:

@@ -70,7 +70,8 @@ def export_hf(
     weights (``W + alpha / rank * a @ b``): a plain model. The model must be GPT-2-shaped
     (layernorm, learned positions, gelu, tied head, biases), Llama-shaped (rmsnorm, rope,
     swiglu, no biases) or one of the Llama-like families (Qwen2, Qwen3, Mistral, OLMo 2,
-    Gemma 2 and 3) by its options; it is written as the first family that has them all. ``tokenizer`` (a tokenizer, or a tokenizer.json file, copied as it is)
+    Gemma 2 and 3, Mixtral, Qwen3-MoE) by its options; it is written as the first family that
+    has them all. ``tokenizer`` (a tokenizer, or a tokenizer.json file, copied as it is)
     adds ``tokenizer.json``, ``tokenizer_config.json`` and its special-token ids. ``chat``, the
     chat format of a run trained on chat data (``gpt export`` passes the run's), adds its template
     to ``tokenizer_config.json`` (``chat_template``, with the special tokens it reads) and its
