@@ -330,7 +330,7 @@ def bench_gpu(session: nox.Session) -> None:
     session.run("python", script, "--gpu-only", "--out", out, env={**h.ENV, "JAX_PLATFORMS": ""})
 
 
-@nox.session
+@nox.session(python="3.11")
 def interop(session: nox.Session) -> None:
     """Hugging Face interop (opt-in, not in the default list: it installs torch + transformers
     + peft).
@@ -338,11 +338,13 @@ def interop(session: nox.Session) -> None:
     Exports trained tiny GPT-2- and Llama-shaped runs and checks transformers' logits and greedy
     tokens on them, gpt prepare's chat-template ids against ``apply_chat_template``, an exported
     chat run's ``apply_chat_template`` prompt and ``generate`` stopping at its end-of-turn token,
-    and peft's logits with an exported LoRA adapter on the exported base model; ``-- regen`` also
-    rewrites the golden folders under gpt-models' tests/data.
+    and peft's logits with an exported LoRA adapter on the exported base model; imports tiny
+    random Qwen2, Qwen3, Mistral, OLMo 2, Gemma 2 and Gemma 3 checkpoints made by transformers
+    and checks logits, greedy tokens and the export's reload (test_hf_families.py); ``-- regen``
+    also rewrites the golden folders under gpt-models' tests/data.
     """
     h.sync_locked(session, session.virtualenv.location, "dev")
-    session.install("torch", "transformers", "peft")
+    session.install(*_torch_cpu(), "transformers", "peft")
     data = ROOT / "packages" / "gpt-models" / "tests" / "data"
     if "regen" in session.posargs:
         session.run("python", str(data / "make_hf_golden.py"), env=h.ENV)
@@ -351,9 +353,20 @@ def interop(session: nox.Session) -> None:
     # test_chat_format.py: an exported chat run's apply_chat_template and generate's stop;
     # test_lora.py -k peft: peft loads an exported adapter with our logits
     session.run(*h.PYTEST, "packages/gpt-models/tests/test_hf.py",
+                "packages/gpt-models/tests/test_hf_families.py",
                 "packages/gpt-models/tests/test_sft_data.py",
                 "packages/gpt-models/tests/test_chat_format.py", env=h.ENV)  # fmt: skip
     session.run(*h.PYTEST, "packages/gpt-models/tests/test_lora.py", "-k", "peft", env=h.ENV)
+
+
+def _torch_cpu() -> list[str]:
+    """torch's CPU build where the machine keeps its wheel (a plain ``torch`` is a CUDA build of
+    several GB, downloaded), else plain ``torch``."""
+    wheels = sorted(glob.glob("/opt/wheels/torch-*+cpu-cp311-*.whl"))
+    if not wheels:
+        return ["torch"]
+    version = Path(wheels[-1]).name.split("-")[1]
+    return ["--find-links", "/opt/wheels", f"torch=={version}"]
 
 
 @nox.session

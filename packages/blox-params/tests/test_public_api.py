@@ -20,6 +20,7 @@ EXPECTED = {
     "LoRA",
     "LockedParamsError",
     "MLP",
+    "MoE",
     "Metadata",
     "MissingParamError",
     "Module",

@@ -136,7 +136,7 @@ def test_bad_choice_lists_choices():
     with pytest.raises(ConfigError) as info:
         apply_overrides(PRESETS["tiny"], {"model.mlp": "swiglue"}, from_text=True)
     text = str(info.value)
-    assert "model.mlp = 'swiglue' must be one of 'gelu', 'relu2', 'swiglu'" in text
+    assert "model.mlp = 'swiglue' must be one of 'geglu', 'gelu', 'relu2', 'swiglu'" in text
     assert "Did you mean 'swiglu'?" in text
 
 

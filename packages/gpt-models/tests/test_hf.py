@@ -133,7 +133,8 @@ def test_gpt_import_and_export_commands(tmp_path, capsys):
 def test_export_refuses_a_model_without_hf_equivalent(tmp_path):
     tiny = PRESETS["tiny"].model
     cfg = dataclasses.replace(tiny, d_model=32, n_layers=1, n_heads=2, seq_len=8)
-    with pytest.raises(CheckpointFormatError, match="is neither GPT-2 .* nor Llama") as err:
+    refused = "is neither GPT-2 .* nor Llama .*, nor one of their variants \\(Qwen2, "
+    with pytest.raises(CheckpointFormatError, match=refused) as err:
         export_hf(cfg, init_params(cfg, jax.random.key(0)), tmp_path / "out")
     gpt2_flags = ("--set model.norm=layernorm --set model.pos=learned --set model.mlp=gelu "
                   "--set model.bias=true --set model.qk_norm=false")  # fmt: skip
@@ -146,8 +147,12 @@ def test_export_refuses_a_model_without_hf_equivalent(tmp_path):
             cfg, **{k: {"false": False, "true": True}.get(v, v) for k, v in settings.items()}
         )
         export_hf(fixed, init_params(fixed, jax.random.key(0)), tmp_path / fixed.mlp)
+    # Llama with a QK-norm is Qwen3; with an output soft-cap too, no family has it.
     cfg = dataclasses.replace(cfg, mlp="swiglu")
-    with pytest.raises(CheckpointFormatError, match="model.qk_norm = True has no LlamaForCausalLM"):
+    export_hf(cfg, init_params(cfg, jax.random.key(0)), tmp_path / "qwen3")
+    assert '"Qwen3ForCausalLM"' in (tmp_path / "qwen3" / "config.json").read_text()
+    cfg = dataclasses.replace(cfg, logit_softcap=30.0)
+    with pytest.raises(CheckpointFormatError, match="model.logit_softcap = 30.0 has no Qwen3ForC"):
         export_hf(cfg, init_params(cfg, jax.random.key(0)), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 

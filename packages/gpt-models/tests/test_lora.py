@@ -100,7 +100,7 @@ def lora_run(source, tmp_path_factory) -> Path:
          "Did you mean 'q'?"),
         ({"rank": 8, "targets": " , "}, "lora.targets = ' , ' names no projection"),
         ({"rank": 8, "targets": "gate"}, "lora.targets names 'gate', but model.mlp = 'relu2' has "
-         "no gate projection (only swiglu does)"),
+         "no gate projection (only swiglu and geglu do)"),
         ({"rank": 64}, "lora.rank = 64 is larger than the projection(s) q, v allow: the rank must "
          "be at most the smaller of a projection's input and output sizes, here 32. Lower it, "
          "e.g. --set lora.rank=8"),
@@ -462,3 +462,20 @@ def test_peft_loads_the_adapter_onto_the_exported_base_with_our_logits(preset, t
     diff = float(np.abs(ours - theirs).max())
     print(f"{preset} peft logits max |diff| = {diff:.2e}")
     assert diff <= 1e-4
+
+
+def test_a_mixture_of_experts_takes_adapters_on_the_attention_only():
+    base = PRESETS["llama-tiny"]
+    moe = dataclasses.replace(base.model, n_experts=4)
+    with pytest.raises(ConfigError) as err:
+        dataclasses.replace(base, model=moe, lora=LoRAConfig(rank=4, targets="attn,mlp"))
+    assert "model.n_experts = 4: the experts take no adapters; target the attention" in str(
+        err.value
+    )
+    dataclasses.replace(base, model=moe, lora=LoRAConfig(rank=4, targets="attn"))  # accepted
+    with pytest.raises(ConfigError) as err:
+        dataclasses.replace(base, model=dataclasses.replace(moe, experts_per_token=5, mlp="gelu"))
+    assert "model.experts_per_token = 5 must be in 1..model.n_experts = 4" in str(err.value)
+    assert "needs SwiGLU experts without biases: model.mlp = 'swiglu' (not 'gelu')" in str(
+        err.value
+    )

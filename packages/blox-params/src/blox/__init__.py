@@ -24,6 +24,7 @@ from ._linear import Embed as Embed
 from ._linear import Linear as Linear
 from ._lora import LoRA as LoRA
 from ._module import Module as Module
+from ._moe import MoE as MoE
 from ._norm import BatchNorm as BatchNorm
 from ._norm import GroupNorm as GroupNorm
 from ._norm import LayerNorm as LayerNorm

@@ -98,6 +98,7 @@ class _AffineNorm(Module):
         )
 
     axis_name: str | None = None  # set by the norms that can average over devices
+    scale_offset = 0.0  # RMSNorm's Gemma form multiplies by 1 + scale
     _unbound_hint = ""
 
     def _affine(
@@ -126,7 +127,8 @@ class _AffineNorm(Module):
         x, scale, bias = promote(self.dtype, x, scale, bias)
         y = y.astype(x.dtype)
         if scale is not None:
-            y = y * scale.reshape(bshape)
+            scale = scale.reshape(bshape)
+            y = y * (scale + self.scale_offset if self.scale_offset else scale)
         if bias is not None:
             y = y + bias.reshape(bshape)
         return y, params
@@ -202,13 +204,20 @@ class RMSNorm(_AffineNorm):
         axis: int or tuple of ints.
         eps: added to the mean square.
         axis_name: named axis to average the mean square over, as in ``LayerNorm``.
+        scale_offset: the normalised values are multiplied by ``scale_offset + scale``: Gemma's
+            ``1 + w`` form is ``scale_offset=1.0`` with ``scale_init`` zeros (so a fresh norm
+            still multiplies by one). Default 0: the plain learnt scale.
 
     Example:
-        >>> import jax.numpy as jnp
+        >>> import jax, jax.numpy as jnp
         >>> import blox as bx
         >>> norm = bx.RMSNorm(bx.Graph('net') / 'norm')
         >>> y, params = norm(bx.Params(), jnp.array([3.0, 4.0]))
         >>> [round(v, 3) for v in y.tolist()]
+        [0.849, 1.131]
+        >>> gemma = bx.RMSNorm(bx.Graph('net') / 'gemma', scale_offset=1.0,
+        ...                    scale_init=jax.nn.initializers.zeros)
+        >>> [round(v, 3) for v in gemma(bx.Params(), jnp.array([3.0, 4.0]))[0].tolist()]
         [0.849, 1.131]
     """
 
@@ -220,11 +229,13 @@ class RMSNorm(_AffineNorm):
         eps: float = 1e-6,
         use_bias: bool = False,
         axis_name: str | None = None,
+        scale_offset: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(graph, eps=eps, use_bias=use_bias, **kwargs)
         self.axis = axis
         self.axis_name = axis_name
+        self.scale_offset = float(scale_offset)
 
     def __call__(self, params: Params, x: jax.Array) -> tuple[jax.Array, Params]:
         x = jnp.asarray(x)

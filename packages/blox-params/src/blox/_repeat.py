@@ -5,6 +5,7 @@ Compile time then stays flat in depth: the layer is traced once, not ``num_layer
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -39,6 +40,10 @@ class Repeat(Module):
         logical_axis: the logical name of the new leading axis (``None``: replicated).
         is_static: run the copies in a Python loop (unrolled: compile time grows with depth,
             but XLA sees every layer) instead of ``lax.scan``; same params, same results.
+        per_layer: keyword arguments that differ between copies: name -> one number per copy
+            (copy ``i`` is called with ``name=values[i]``), e.g. a sliding window on some layers
+            and none on others. Under ``lax.scan`` each copy gets its value as a traced scalar;
+            with ``is_static`` as the Python number.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -50,6 +55,14 @@ class Repeat(Module):
         >>> y, params = stack(rng.seed(bx.Params(), seed=0), jnp.ones((2, 4)))
         >>> params[('net', 'blocks', 'layer', 'kernel')].shape
         (6, 4, 4)
+        >>> class Scaled(bx.Module):
+        ...     def __call__(self, params, x, factor):
+        ...         return x * factor, params
+        >>> node = graph / 'scaled'
+        >>> twice = bx.Repeat(node, Scaled(node / 'layer'), 2, rng=rng,
+        ...                   per_layer={'factor': [2.0, 3.0]})
+        >>> twice(params, jnp.ones(2))[0].tolist()
+        [6.0, 6.0]
     """
 
     def __init__(
@@ -63,6 +76,7 @@ class Repeat(Module):
         remat_policy: Any = None,
         logical_axis: str | None = None,
         is_static: bool = False,
+        per_layer: Mapping[str, Sequence[Any]] | None = None,
     ) -> None:
         super().__init__(graph)
         n = len(graph.path)
@@ -76,6 +90,13 @@ class Repeat(Module):
         self.num_layers = positive_int(num_layers, "num_layers", self)
         self.remat, self.remat_policy, self.logical_axis = remat, remat_policy, logical_axis
         self.is_static = bool(is_static)
+        self.per_layer = {k: tuple(v) for k, v in (per_layer or {}).items()}
+        for key, values in self.per_layer.items():
+            if len(values) != self.num_layers:
+                raise ValueError(
+                    f"{self.name}: per_layer[{key!r}] has {len(values)} values, but the layer "
+                    f"repeats {self.num_layers} times; give one value per copy."
+                )
 
     def _is_mine(self, path: tuple[str, ...], _: Any = None) -> bool:
         prefix = self.layer.path
@@ -86,20 +107,23 @@ class Repeat(Module):
             params = self._init(params, x, kwargs)
         stacked, rest = params.split(self._is_mine)
 
-        def step(carry: tuple[Any, Params], layer_params: Params) -> Any:
+        def step(carry: tuple[Any, Params], inputs: tuple[Params, dict[str, Any]]) -> Any:
             h, outer = carry
-            out, merged = self.layer(outer.merge(layer_params), h, **kwargs)
+            layer_params, own = inputs
+            out, merged = self.layer(outer.merge(layer_params), h, **kwargs, **own)
             h = self._check_carry(h, out)
             new_layer, outer = merged.split(self._is_mine)
             return (h, outer), new_layer
 
         body = jax.checkpoint(step, policy=self.remat_policy) if self.remat else step
         if not self.is_static:
-            (y, rest), new = jax.lax.scan(body, (x, rest), stacked)
+            own = {k: jnp.asarray(v) for k, v in self.per_layer.items()}
+            (y, rest), new = jax.lax.scan(body, (x, rest), (stacked, own))
             return y, params.merge(rest).merge(self._created_inside(new, stacked))
         carry, outs = (x, rest), []
         for i in range(self.num_layers):
-            carry, out = body(carry, jax.tree.map(lambda a, i=i: a[i], stacked))
+            own = {k: v[i] for k, v in self.per_layer.items()}
+            carry, out = body(carry, (jax.tree.map(lambda a, i=i: a[i], stacked), own))
             outs.append(out)
         (y, rest) = carry
         new = jax.tree.map(lambda *a: jnp.stack(a), *outs)
@@ -150,9 +174,11 @@ class Repeat(Module):
         rng = self.rng
         key, params = rng(params)
 
+        own = {k: jnp.asarray(v) for k, v in self.per_layer.items()}
+
         def one(i: jax.Array) -> Params:
             p = rng.seed(params, seed=jax.random.fold_in(key, i))
-            _, p = self.layer(p, x, **kwargs)
+            _, p = self.layer(p, x, **kwargs, **{k: v[i] for k, v in own.items()})
             return p.split(self._is_mine)[0]
 
         stacked = jax.vmap(one)(jnp.arange(self.num_layers))

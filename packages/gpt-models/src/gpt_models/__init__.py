@@ -62,13 +62,13 @@ if TYPE_CHECKING:
     from ._inference.tasks import evaluate_task as evaluate_task
     from ._inference.text_eval import TextScore as TextScore
     from ._inference.text_eval import evaluate_text as evaluate_text
+    from ._model.block import Block as Block
+    from ._model.block import compute_dtype as compute_dtype
     from ._model.flops import flops_per_token as flops_per_token
     from ._model.generate import generate as generate
     from ._model.generate import sample_token as sample_token
     from ._model.gpt import GPT as GPT
-    from ._model.gpt import Block as Block
     from ._model.gpt import abstract_params as abstract_params
-    from ._model.gpt import compute_dtype as compute_dtype
     from ._model.gpt import forward as forward
     from ._model.gpt import gpt as gpt
     from ._model.gpt import init_params as init_params

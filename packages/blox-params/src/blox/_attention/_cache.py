@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from .._checks import positive_int
 from .._errors import MissingParamError
 from .._params import Params
-from ._masks import layer_mask
+from ._masks import layer_mask, window_mask
 from ._rope import rope
 
 if TYPE_CHECKING:
@@ -65,12 +65,21 @@ def _cache(mha: MultiHeadAttention, params: Params) -> tuple[jax.Array, jax.Arra
 
 
 def append(
-    mha: MultiHeadAttention, params: Params, q: jax.Array, k: jax.Array, v: jax.Array, mask: Any
+    mha: MultiHeadAttention,
+    params: Params,
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: Any,
+    window: Any = None,
+    base: Any = None,
 ) -> tuple[tuple[jax.Array, jax.Array, jax.Array, jax.Array | None], Params]:
-    """Rotate ``q``/``k`` at the cache index, append ``k``/``v`` there, advance the index.
+    """Rotate ``q``/``k`` at the cache index (RoPE base ``base``), append ``k``/``v`` there,
+    advance the index.
 
     Returns ``(q, keys, values, mask)`` to attend over (the whole cache, queries causally
-    aligned to their positions, ``mask`` shaped by ``layer_mask``) and the updated params.
+    aligned to their positions and, with ``window``, to their newest keys; ``mask`` shaped by
+    ``layer_mask``) and the updated params. The whole cache stays: a window only masks it.
     """
     cache_k, cache_v, index = _cache(mha, params)
     T, S = q.shape[-3], cache_k.shape[-3]
@@ -82,14 +91,17 @@ def append(
         )
     positions = index + jnp.arange(T)
     if mha.use_rope:
-        q = rope(q, positions, mha.rope_base)
-        k = rope(k, positions, mha.rope_base)
+        base = mha.rope_base if base is None else base
+        q = rope(q, positions, base)
+        k = rope(k, positions, base)
     axis = k.ndim - 3
     cache_k = jax.lax.dynamic_update_slice_in_dim(cache_k, k.astype(cache_k.dtype), index, axis)
     cache_v = jax.lax.dynamic_update_slice_in_dim(cache_v, v.astype(cache_v.dtype), index, axis)
     # Query t (at positions[t]) sees the slots written so far, up to its own position; slots
     # beyond it are either the future or still empty.
     visible = jnp.arange(S)[None, :] <= positions[:, None]  # (T, S)
+    if window is not None:
+        visible = visible & window_mask(positions, jnp.arange(S), window)
     user = visible if mask is None else jnp.asarray(mask).astype(bool) & visible
     heads = (mha.num_heads, mha.num_kv_heads)
     full = layer_mask(mha.name, user, q.shape[:-3], heads, T, S)

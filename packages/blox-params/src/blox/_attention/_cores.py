@@ -7,7 +7,7 @@ and gives the same result up to float rounding. Head counts and sizes are read o
 
 from __future__ import annotations
 
-from typing import Literal, cast
+from typing import Literal, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +19,17 @@ IMPLEMENTATIONS = ("auto", "blocked", "xla", "cudnn")
 _Fused = Literal["xla", "cudnn"]  # those that go through jax.nn.dot_product_attention
 # Causal attention on CPU: query rows per block, and at most this many blocks (benchmarks/gpt/PROFILE.md).
 _CPU_BLOCK_ROWS, _CPU_MAX_BLOCKS = 64, 8
+
+
+class Logits(NamedTuple):
+    """How the attention logits are formed: ``q . k * scale`` (``None``: ``head_dim ** -0.5``),
+    then ``softcap * tanh(logits / softcap)`` when ``softcap > 0`` (``blocked`` core only)."""
+
+    scale: float | None = None
+    softcap: float = 0.0
+
+
+_PLAIN = Logits()
 
 
 def choose(implementation: str, name: str, q: jax.Array, k: jax.Array, dropping: bool) -> str:
@@ -63,15 +74,16 @@ def attend(
     core: str,
     causal_block: int | None = None,
     dropout: tuple[jax.Array, float] | None = None,
+    logits: Logits = _PLAIN,
 ) -> jax.Array:
     """Attention through ``core`` (resolved by ``choose``); ``dropout`` is ``(key, rate)``."""
     if q.shape[-3] == 0:  # no queries (an empty prefill): nothing to attend, an empty result
         return jnp.zeros((*q.shape[:-1], v.shape[-1]), v.dtype)
     if core != "blocked":
-        return _fused(q, k, v, mask, causal, cast(_Fused, core))
+        return _fused(q, k, v, mask, causal, cast(_Fused, core), logits.scale)
     T, S = q.shape[-3], k.shape[-3]
     rows = _block_rows(T, S, causal_block) if causal else T
-    return _blocked(q, k, v, mask, causal, rows, dropout)
+    return _blocked(q, k, v, mask, causal, rows, dropout, logits)
 
 
 def _blocked(
@@ -82,6 +94,7 @@ def _blocked(
     causal: bool,
     rows: int,
     dropout: tuple[jax.Array, float] | None,
+    form: Logits,
 ) -> jax.Array:
     """The pure-JAX core: softmax attention in blocks of ``rows`` query rows.
 
@@ -100,13 +113,15 @@ def _blocked(
         scores, combine = "...kgtd,...ksd->...kgts", "...kgts,...ksd->...kgtd"
     else:
         scores, combine = "...htd,...hsd->...hts", "...hts,...hsd->...htd"
-    scale = jnp.sqrt(jnp.float32(head_dim))
+    scale = jnp.float32(head_dim**-0.5 if form.scale is None else form.scale)
     outs = []
     for start in range(0, T, rows):
         stop = min(T, start + rows)
         keys = stop + S - T if causal else S  # the last key any query of the block sees
         logits = jnp.einsum(scores, q[..., start:stop, :], k[..., :keys, :])
-        logits = logits.astype(jnp.float32) / scale
+        logits = logits.astype(jnp.float32) * scale
+        if form.softcap > 0:
+            logits = form.softcap * jnp.tanh(logits / form.softcap)
         block_mask = None
         if mask is not None:
             block_mask = mask[..., start:stop, :] if mask.ndim > 1 and mask.shape[-2] > 1 else mask
@@ -140,6 +155,7 @@ def _fused(
     mask: jax.Array | None,
     causal: bool,
     implementation: _Fused,
+    scale: float | None = None,
 ) -> jax.Array:
     """Attention through ``jax.nn.dot_product_attention``, which wants one batch axis.
 
@@ -159,7 +175,7 @@ def _fused(
     if full is not None and implementation == "cudnn":  # cudnn wants the query axis whole
         full = jnp.broadcast_to(full, (*full.shape[:2], T, S))
     out = jax.nn.dot_product_attention(
-        q, k, v, mask=full, is_causal=is_causal, implementation=implementation
+        q, k, v, mask=full, is_causal=is_causal, scale=scale, implementation=implementation
     )
     return out.reshape(*batch, T, heads, head_dim)
 

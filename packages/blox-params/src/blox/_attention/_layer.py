@@ -1,9 +1,10 @@
 """``MultiHeadAttention``: grouped KV heads, RoPE, QK-norm, causal/padding masks, packed rows,
-a KV cache, attention-probability dropout, LoRA on its projections."""
+sliding windows, logit soft-capping, a KV cache, attention-probability dropout, LoRA on its
+projections."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import jax
@@ -17,9 +18,16 @@ from .._norm import RMSNorm
 from .._params import Params
 from .._rng import Rng
 from . import _cache
-from ._cores import attend, choose
-from ._masks import check_segment_ids, layer_mask
-from ._options import check_dropout, check_implementation, check_metadata
+from ._cores import Logits, attend, choose
+from ._masks import check_segment_ids, layer_mask, window_mask
+from ._options import (
+    check_biases,
+    check_dropout,
+    check_implementation,
+    check_metadata,
+    check_qk_norm,
+    check_softcap,
+)
 from ._projections import output, project
 from ._rope import call_positions, rope
 
@@ -42,6 +50,13 @@ class MultiHeadAttention(Module):
     it gets alone. ``positions`` ``(T,)`` or ``(*batch, T)`` sets the RoPE positions of
     self-attention instead (e.g. from a data pipeline).
 
+    Sliding windows: ``window=W`` (an int, or a traced integer scalar, so one scanned layer
+    can serve local and global layers) lets query ``t`` see only the ``W`` newest keys up to its
+    causal position ``t + S - T`` (itself included), in every core and while decoding with a
+    cache, however far past ``W`` the cache has grown; ``None`` or ``W <= 0`` is no window.
+    ``rope_base=`` overrides the constructor's RoPE base for one call (a local layer with a
+    base of its own, as in Gemma 3).
+
     Keyword arguments passed on as in the base layer:
 
     - ``dtype``, ``param_dtype``: mixed precision; the softmax always runs in float32.
@@ -57,13 +72,25 @@ class MultiHeadAttention(Module):
             ``0..S-1``).
         rope_base: RoPE frequency base.
         output_size: output features (default: ``x``'s features).
-        use_bias: biases on the four projections.
+        use_bias: biases on the four projections (``True``), on none (``False``), or on the
+            projections named in a collection of ``"query"``, ``"key"``, ``"value"``, ``"out"``
+            (Qwen2 biases the first three only).
         kernel_init: initializer of the query/key/value projections (default LeCun normal).
         out_init: initializer of the output projection (default LeCun normal); e.g. a smaller
             normal scaled by depth for residual networks.
-        qk_norm: RMS-normalise queries and keys over ``head_dim`` (learnt scale each) before
-            RoPE and the dot product; keeps the attention logits bounded.
+        qk_norm: RMS-normalise queries and keys (learnt scale each) before RoPE and the dot
+            product; keeps the attention logits bounded. ``True`` or ``"head"``: each head over
+            its ``head_dim`` (scales ``(hd,)``, shared by the heads; Qwen3, Gemma 3); ``"all"``:
+            over all heads' features at once (scales ``(H, hd)`` and ``(KVH, hd)``; OLMo 2).
         qk_norm_eps: the norms' epsilon.
+        qk_norm_offset: the norms' ``scale_offset`` (``1.0``: Gemma's ``1 + w`` scales, which
+            then start at zero).
+        scale: the logits' factor (default ``head_dim ** -0.5``); Gemma's
+            ``query_pre_attn_scalar ** -0.5``, say.
+        logit_softcap: ``cap * tanh(logits / cap)`` on the scaled logits before the mask and
+            softmax (Gemma 2); 0 = off. Only the ``blocked`` core applies it
+            (``jax.nn.dot_product_attention`` has no soft-cap), so a cap with
+            ``implementation='xla'`` or ``'cudnn'`` is refused and ``auto`` runs ``blocked``.
         metadata: per-parameter metadata, keyed by parameter name (``query``, ``key``, ``value``,
             ``out``, their ``*_bias``, and ``query_norm``/``key_norm`` for the QK-norm scales),
             e.g. ``{'query': {'logical_axes': ('embed', 'heads', 'head_dim')}}`` for paramspec.
@@ -100,8 +127,9 @@ class MultiHeadAttention(Module):
     memory there, which plain causal cuDNN attention does not.
 
     Params: ``query (D, H, hd)``, ``key (Dkv, KVH, hd)``, ``value (Dkv, KVH, hd)``,
-    ``out (H, hd, output_size)``; with ``qk_norm`` also ``query_norm/scale`` and
-    ``key_norm/scale`` ``(hd,)``.
+    ``out (H, hd, output_size)``; with biases ``query_bias (H, hd)``, ``key_bias`` and
+    ``value_bias`` ``(KVH, hd)``, ``out_bias (output_size,)``; with ``qk_norm`` also
+    ``query_norm/scale`` and ``key_norm/scale`` (``(hd,)``, or per head with ``"all"``).
 
     Cached decoding: ``params = mha.init_cache(params, batch_shape, max_length)`` adds a
     key/value cache (non-trainable ``cache_key``, ``cache_value`` and ``cache_index``); each call
@@ -142,11 +170,14 @@ class MultiHeadAttention(Module):
         use_rope: bool = False,
         rope_base: float = 10000.0,
         output_size: int | None = None,
-        use_bias: bool = False,
+        use_bias: bool | Collection[str] = False,
         kernel_init: Initializer | None = None,
         out_init: Initializer | None = None,
-        qk_norm: bool = False,
+        qk_norm: bool | str = False,
         qk_norm_eps: float = 1e-6,
+        qk_norm_offset: float = 0.0,
+        scale: float | None = None,
+        logit_softcap: float = 0.0,
         metadata: Mapping[str, Mapping[str, Any] | None] | None = None,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
@@ -180,7 +211,10 @@ class MultiHeadAttention(Module):
         self.rng = rng
         self.use_rope, self.rope_base = use_rope, rope_base
         self.output_size = output_size
-        self.use_bias = use_bias
+        self.biased = check_biases(self.name, use_bias)
+        self.use_bias = bool(self.biased)
+        self.scale = scale
+        self.logit_softcap = check_softcap(self.name, logit_softcap, implementation)
         self.kernel_init = kernel_init or jax.nn.initializers.lecun_normal(
             in_axis=0, out_axis=(1, 2)
         )
@@ -188,13 +222,18 @@ class MultiHeadAttention(Module):
         self.dtype, self.param_dtype = dtype, param_dtype
         self.metadata = check_metadata(self.name, metadata)
         self.lora = check_lora(lora, self)
-        self.qk_norm = bool(qk_norm)
+        self.qk_norm = check_qk_norm(self.name, qk_norm)
         self.query_norm = self.key_norm = None
         if self.qk_norm:
             self.query_norm, self.key_norm = (
                 RMSNorm(
                     graph / name,
+                    axis=(-2, -1) if self.qk_norm == "all" else -1,
                     eps=qk_norm_eps,
+                    scale_offset=qk_norm_offset,
+                    scale_init=(
+                        jax.nn.initializers.zeros if qk_norm_offset else jax.nn.initializers.ones
+                    ),
                     scale_metadata=self.metadata.get(name),
                     dtype=dtype,
                     param_dtype=param_dtype,
@@ -214,8 +253,11 @@ class MultiHeadAttention(Module):
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
         is_training: bool | None = None,
+        window: int | jax.Array | None = None,
+        rope_base: float | jax.Array | None = None,
     ) -> tuple[jax.Array, Params]:
-        """Attend; see the class. ``is_training`` switches dropout (required with a rate > 0)."""
+        """Attend; see the class. ``is_training`` switches dropout (required with a rate > 0);
+        ``window`` limits each query to its newest keys; ``rope_base`` overrides the RoPE base."""
         cross = kv is not None
         x, kv = self._inputs(x, kv)
         if segment_ids is not None:
@@ -237,14 +279,18 @@ class MultiHeadAttention(Module):
             assert self.rng is not None  # checked in __init__
             drop_key, params = self.rng(params)
         full: jax.Array | None
+        base = self.rope_base if rope_base is None else rope_base
         if decode:  # the cache's own positions and causal alignment
-            (q, k, v, full), params = _cache.append(self, params, q, k, v, mask)
+            (q, k, v, full), params = _cache.append(self, params, q, k, v, mask, window, base)
             causal = False
         else:
             if self.use_rope:
                 assert rotate is not None  # call_positions gives some whenever RoPE is on
-                q = rope(q, rotate, self.rope_base)
-                k = rope(k, jnp.arange(S) if cross else rotate, self.rope_base)
+                q = rope(q, rotate, base)
+                k = rope(k, jnp.arange(S) if cross else rotate, base)
+            if window is not None:
+                near = window_mask(jnp.arange(T) + (S - T), jnp.arange(S), window)
+                mask = near if mask is None else jnp.asarray(mask).astype(bool) & near
             heads = (self.num_heads, self.num_kv_heads)
             full = layer_mask(self.name, mask, q.shape[:-3], heads, T, S, segment_ids)
         out = self._attend(q, k, v, full, causal, drop_key)
@@ -295,9 +341,11 @@ class MultiHeadAttention(Module):
         ``implementation`` (``_cores.choose``), with its ``causal_block`` and, with
         ``drop_key``, its ``dropout_rate``.
         """
-        core = choose(self.implementation, self.name, q, k, dropping=drop_key is not None)
+        blocked_only = drop_key is not None or self.logit_softcap > 0
+        core = choose(self.implementation, self.name, q, k, dropping=blocked_only)
         dropout = None if drop_key is None else (drop_key, self.dropout_rate)
-        return attend(q, k, v, mask, causal, core, self.causal_block, dropout)
+        logits = Logits(self.scale, self.logit_softcap)
+        return attend(q, k, v, mask, causal, core, self.causal_block, dropout, logits)
 
     def init_cache(
         self, params: Params, batch_shape: tuple[int, ...], max_length: int, dtype: Any = None

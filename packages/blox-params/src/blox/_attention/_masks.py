@@ -52,6 +52,15 @@ def layer_mask(
     return combined.reshape(*combined.shape[:-3], kv_heads, groups, T, S)
 
 
+def window_mask(query_positions: jax.Array, key_positions: jax.Array, window: Any) -> jax.Array:
+    """``(T, S)``: which keys lie within ``window`` positions of each query (the query's own
+    position included, later ones too: the causal part is the caller's). ``window <= 0``: all.
+    """
+    distance = query_positions[:, None] - key_positions[None, :]
+    window = jnp.asarray(window)
+    return (distance < window) | (window <= 0)
+
+
 def _user_mask(name: str, mask: Any, full: tuple[int, ...]) -> jax.Array:
     combined = jnp.asarray(mask).astype(bool)
     try:

@@ -13,6 +13,7 @@ from ._cores import IMPLEMENTATIONS
 
 # Parameter names of MultiHeadAttention whose metadata can be given, for the `metadata` option.
 _PARAM_NAMES = ("query", "key", "value", "out", "query_bias", "key_bias", "value_bias", "out_bias")
+_PROJECTIONS = ("query", "key", "value", "out")
 
 
 def check_implementation(name: str, implementation: Any) -> str:
@@ -47,6 +48,51 @@ def check_dropout(name: str, rate: Any, implementation: str, rng: Rng | None) ->
             "model's: bx.MultiHeadAttention(graph / 'attn', ..., rng=rng, dropout_rate=rate)."
         )
     return rate
+
+
+def check_biases(name: str, use_bias: Any) -> frozenset[str]:
+    """The projections ``use_bias`` gives a bias: all four, none, or those it names."""
+    if isinstance(use_bias, bool):
+        return frozenset(_PROJECTIONS if use_bias else ())
+    names = [use_bias] if isinstance(use_bias, str) else list(use_bias)
+    unknown = sorted(str(n) for n in names if n not in _PROJECTIONS)
+    if unknown:
+        raise ValueError(
+            f"{name}: use_bias names {unknown}, which are not projections of the layer; pass "
+            f"True, False or some of {list(_PROJECTIONS)}, e.g. use_bias=('query', 'key', "
+            f"'value') for Qwen2.{did_you_mean(unknown[0], _PROJECTIONS)}"
+        )
+    return frozenset(names)
+
+
+def check_qk_norm(name: str, qk_norm: Any) -> str:
+    """``qk_norm`` as ``""`` (off), ``"head"`` or ``"all"``."""
+    if qk_norm is False or qk_norm is None:
+        return ""
+    if qk_norm is True:
+        return "head"
+    if qk_norm in ("head", "all"):
+        return str(qk_norm)
+    raise ValueError(
+        f"{name}: qk_norm={qk_norm!r} is not a QK-norm; pass False, True or 'head' (each head "
+        "over its head_dim), or 'all' (over all heads' features at once)."
+    )
+
+
+def check_softcap(name: str, cap: Any, implementation: str) -> float:
+    """``cap`` as a float >= 0 that the chosen core can apply."""
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap >= 0:
+        raise ValueError(
+            f"{name}: logit_softcap must be a number >= 0, got {cap!r}; it caps the attention "
+            "logits at +-cap (cap * tanh(logits / cap)); 0 turns it off."
+        )
+    if cap > 0 and implementation in ("xla", "cudnn"):
+        raise ValueError(
+            f"{name}: logit_softcap={cap} needs the blocked attention core, but "
+            f"implementation={implementation!r} runs jax.nn.dot_product_attention, which has "
+            "no soft-cap. Use implementation='auto' (blocked with a cap) or 'blocked'."
+        )
+    return float(cap)
 
 
 def check_metadata(name: str, metadata: Any) -> dict[str, Any]:

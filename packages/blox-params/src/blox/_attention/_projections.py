@@ -41,7 +41,7 @@ def project(
         metadata=mha.metadata.get(name),
     )
     b = None
-    if mha.use_bias:
+    if name in mha.biased:
         b, params = mha.get_param(
             params,
             f"{name}_bias",
@@ -70,7 +70,7 @@ def output(
         params, "out", shape, mha.out_init, mha.param_dtype, metadata=mha.metadata.get("out")
     )
     b = None
-    if mha.use_bias:
+    if "out" in mha.biased:
         b, params = mha.get_param(
             params,
             "out_bias",

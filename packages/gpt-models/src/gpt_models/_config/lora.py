@@ -9,7 +9,7 @@ projections are usually called:
 ``k``      the key projection (``k_proj``)
 ``v``      the value projection (``v_proj``)
 ``o``      the attention's output projection (``o_proj``; GPT-2 ``attn.c_proj``)
-``gate``   the MLP's gate projection (``gate_proj``; ``model.mlp = "swiglu"`` only)
+``gate``   the MLP's gate projection (``gate_proj``; ``model.mlp`` swiglu or geglu)
 ``up``     the MLP's input projection (``up_proj``; GPT-2 ``mlp.c_fc``)
 ``down``   the MLP's output projection (``down_proj``; GPT-2 ``mlp.c_proj``)
 ``attn``   q, k, v and o
@@ -126,10 +126,16 @@ def lora_problems(cfg: Config) -> list[str]:
             f"lora.targets = {lora.targets!r} names no projection; give at least one of "
             f"{_LISTED}, comma-separated (e.g. 'q,v')"
         )
-    elif not unknown and "gate" in names and m.mlp != "swiglu":
+    elif not unknown and m.n_experts and {"gate", "up", "down", "mlp"} & set(names):
+        problems.append(
+            f"lora.targets = {lora.targets!r} names MLP projections, but model.n_experts = "
+            f"{m.n_experts}: the experts take no adapters; target the attention, e.g. "
+            "--set lora.targets=attn"
+        )
+    elif not unknown and "gate" in names and not m.gated:
         problems.append(
             f"lora.targets names 'gate', but model.mlp = {m.mlp!r} has no gate projection (only "
-            "swiglu does); target up and down instead, e.g. --set lora.targets=q,v,up,down"
+            "swiglu and geglu do); target up and down instead, e.g. --set lora.targets=q,v,up,down"
         )
     if lora.rank > 0 and not unknown:
         problems += _rank_problems(lora, m)
@@ -141,7 +147,7 @@ def _rank_problems(lora: LoRAConfig, m: ModelConfig) -> list[str]:
     # it at the first call, too late for a config check (after the run folder is made).
     d, kv, ff = m.d_model, m.kv_heads * m.head_dim, min(m.d_model, m.ff_dim)
     sizes = {"q": d, "k": min(d, kv), "v": min(d, kv), "o": d, "gate": ff, "up": ff, "down": ff}
-    kernels = lora.kernels(gated=m.mlp == "swiglu")
+    kernels = lora.kernels(gated=m.gated)
     too_small = [k for k in kernels if lora.rank > sizes[k]]
     if not too_small:
         return []

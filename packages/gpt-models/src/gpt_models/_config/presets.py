@@ -78,6 +78,44 @@ def _finetune_lora() -> Config:
     return dataclasses.replace(base, train=train, lora=LoRAConfig(rank=8, alpha=16.0))
 
 
+def _published(**shape: object) -> Config:
+    # The published shapes of the families people fine-tune (their config.json on the Hub, read
+    # 2026-11), for planning with --dry-run on the devices one has: a fine-tune of such a model
+    # starts from its folder (gpt train --init-from), which brings the weights and this shape
+    # anyway. seq_len is a 4096-token training context, not the model's longest; params are kept
+    # in float32 for the optimizer, activations recomputed per block (remat full).
+    common = {"norm": "rmsnorm", "pos": "rope", "mlp": "swiglu", "bias": False, "seq_len": 4096,
+              "remat": "full"}  # fmt: skip
+    model = ModelConfig(**{**common, **shape})  # type: ignore[arg-type]
+    train = dataclasses.replace(_finetune().train, lr=2e-5, batch_size=16)
+    return Config(model=model, train=train)
+
+
+# v0.1 of Mistral 7B has the window; v0.2 and later have none.
+# Hub config.json -> ours: hidden_size d_model, intermediate_size d_ff, num_hidden_layers
+# n_layers, num_attention_heads n_heads, num_key_value_heads n_kv_heads, head_dim d_head.
+_QWEN25_05B = _published(vocab_size=151936, d_model=896, d_ff=4864, n_layers=24, n_heads=14,
+                         n_kv_heads=2, rope_theta=1e6, tie_embeddings=True,
+                         qkv_bias=True)  # fmt: skip
+_QWEN3_06B = _published(vocab_size=151936, d_model=1024, d_ff=3072, n_layers=28, n_heads=16,
+                        n_kv_heads=8, d_head=128, rope_theta=1e6, tie_embeddings=True,
+                        qk_norm=True)  # fmt: skip
+_GEMMA3_1B = _published(vocab_size=262144, d_model=1152, d_ff=6912, n_layers=26, n_heads=4,
+                        n_kv_heads=1, d_head=256, mlp="geglu", rope_theta=1e6,
+                        rope_local_theta=1e4, sliding_window=512, global_every=6,
+                        attn_scalar=256.0, qk_norm=True, norm_placement="sandwich",
+                        norm_plus_one=True, embed_scale=True, tie_embeddings=True)  # fmt: skip
+# Llama 3.2 stretches RoPE (rope_type llama3), which import refuses; the shapes are the same.
+_LLAMA32_1B = _published(vocab_size=128256, d_model=2048, d_ff=8192, n_layers=16, n_heads=32,
+                         n_kv_heads=8, rope_theta=5e5, norm_eps=1e-5,
+                         tie_embeddings=True)  # fmt: skip
+_MISTRAL_7B = _published(vocab_size=32000, d_model=4096, d_ff=14336, n_layers=32, n_heads=32,
+                         n_kv_heads=8, sliding_window=4096, norm_eps=1e-5,
+                         tie_embeddings=False)  # fmt: skip
+_MIXTRAL_8X7B = _published(vocab_size=32000, d_model=4096, d_ff=14336, n_layers=32, n_heads=32,
+                           n_kv_heads=8, n_experts=8, experts_per_token=2, rope_theta=1e6,
+                           norm_eps=1e-5, tie_embeddings=False)  # fmt: skip
+
 PRESETS: Mapping[str, Config] = {
     "tiny": _tiny(),
     "finetune": _finetune(),
@@ -85,4 +123,10 @@ PRESETS: Mapping[str, Config] = {
     "gpt2-small": _gpt2(768, 12, 12),
     "gpt2-medium": _gpt2(1024, 24, 16),
     "llama-tiny": _llama(128, 4, 4, 2, 352),
+    "qwen2.5-0.5b": _QWEN25_05B,
+    "qwen3-0.6b": _QWEN3_06B,
+    "gemma3-1b": _GEMMA3_1B,
+    "llama3.2-1b": _LLAMA32_1B,
+    "mistral-7b": _MISTRAL_7B,
+    "mixtral-8x7b": _MIXTRAL_8X7B,
 }

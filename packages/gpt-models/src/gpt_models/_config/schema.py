@@ -23,7 +23,9 @@ from .sources import DataSource, source_problems
 
 # String-valued keys that only accept a few values: checked by validate(), for every config.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "model.mlp": ("gelu", "relu2", "swiglu"),
+    "model.mlp": ("gelu", "relu2", "swiglu", "geglu"),
+    "model.qk_norm_scope": ("head", "all"),
+    "model.norm_placement": ("pre", "post", "sandwich"),
     "model.norm": ("rmsnorm", "layernorm"),
     "model.pos": ("rope", "learned"),
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
@@ -59,14 +61,16 @@ class ModelConfig:
         seq_len: context length in tokens; training windows and sampling are capped by it.
         d_model: width of the residual stream.
         n_layers: number of transformer blocks.
-        n_heads: attention heads; d_model must be divisible by it.
+        n_heads: attention heads; d_model must be divisible by it unless d_head is set.
         n_kv_heads: key/value heads (0 = n_heads; a smaller divisor gives grouped-query attention).
         d_ff: hidden width of the MLP (0 = 4 * d_model).
-        mlp: MLP activation: gelu, relu2 (squared ReLU) or swiglu (gated).
+        mlp: MLP activation: gelu, relu2 (squared ReLU), swiglu or geglu (gated SiLU or tanh GELU).
         norm: normalisation layer: rmsnorm or layernorm.
         pos: positions: rope (rotary, no parameters) or learned (an embedding table).
         rope_theta: base wavelength of the rotary embedding.
         qk_norm: normalise queries and keys before attention (tolerates higher learning rates).
+        qk_norm_scope: with qk_norm, normalise each head (head: Qwen3, Gemma 3) or all heads'
+            features at once (all: OLMo 2).
         logit_softcap: cap * tanh(logits / cap) on the output logits (0 = off).
         attention: the attention core: auto (the measured best: cudnn on GPU in 16 bits, else
             blocked), blocked (pure JAX, causal blocks), xla or cudnn (jax.nn.dot_product_attention;
@@ -83,6 +87,28 @@ class ModelConfig:
         dropout: probability of zeroing the embedding output, the attention probabilities and
             each residual branch's output, in training only (eval and sampling never drop), in
             [0, 1); 0 = off. The masks follow the run's seed and the step, so a resume is exact.
+        d_head: features per attention head (0 = d_model / n_heads; Qwen3 and Gemma set more).
+        qkv_bias: biases on the query, key and value projections only (Qwen2); bias = true
+            puts them on every projection.
+        sliding_window: attention sees only the newest sliding_window tokens (0 = all), on
+            every layer or, with global_every, on all but every global_every-th (Mistral, Gemma).
+        global_every: with sliding_window, layers global_every, 2 * global_every, ... (counted
+            from 1) attend to everything (Gemma 2: 2, Gemma 3: 6; 0 = every layer windowed).
+        rope_local_theta: RoPE base of the windowed layers (0 = rope_theta; Gemma 3: 10000).
+        attn_softcap: cap * tanh(logits / cap) on the attention logits (0 = off; Gemma 2: 50);
+            attention auto then runs the blocked core, xla and cudnn are refused.
+        attn_scalar: the attention logits are divided by sqrt(attn_scalar) (0 = d_head; Gemma's
+            query_pre_attn_scalar).
+        norm_placement: pre (norm each sublayer's input), post (norm each sublayer's output
+            before the residual add: OLMo 2) or sandwich (both: Gemma 2 and 3).
+        norm_plus_one: RMSNorm scales are stored as w and multiply by 1 + w (Gemma).
+        embed_scale: multiply the token embeddings by sqrt(d_model) (Gemma).
+        n_experts: a mixture of n_experts SwiGLU experts instead of the MLP (0 = a dense MLP;
+            Mixtral: 8), with a top-k router; the experts carry the logical axis expert.
+        experts_per_token: experts each token goes through (Mixtral: 2, Qwen3-MoE: 8).
+        moe_d_ff: each expert's hidden width (0 = d_ff).
+        moe_norm_topk: renormalise the picked experts' router weights to sum to 1 (Mixtral;
+            Qwen3-MoE's norm_topk_prob).
     """
 
     vocab_size: int = 256
@@ -109,6 +135,21 @@ class ModelConfig:
     norm_eps: float = 1e-6
     vocab_real: int = 0
     dropout: float = 0.0
+    d_head: int = 0
+    qkv_bias: bool = False
+    qk_norm_scope: str = "head"
+    sliding_window: int = 0
+    global_every: int = 0
+    rope_local_theta: float = 0.0
+    attn_softcap: float = 0.0
+    attn_scalar: float = 0.0
+    norm_placement: str = "pre"
+    norm_plus_one: bool = False
+    embed_scale: bool = False
+    n_experts: int = 0
+    experts_per_token: int = 2
+    moe_d_ff: int = 0
+    moe_norm_topk: bool = True
 
     @property
     def base(self) -> ModelConfig:
@@ -126,7 +167,17 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_head or self.d_model // self.n_heads
+
+    @property
+    def gated(self) -> bool:
+        """Whether the MLP is gated (swiglu, geglu): it has a gate projection."""
+        return self.mlp in ("swiglu", "geglu")
+
+    def windowed(self, layer: int) -> bool:
+        """Whether ``layer`` (from 0) attends through the sliding window."""
+        every = self.global_every
+        return self.sliding_window > 0 and not (every and (layer + 1) % every == 0)
 
     @property
     def ff_dim(self) -> int:
@@ -366,7 +417,7 @@ def validate(cfg: Config) -> Config:
     """
     m, t = cfg.model, cfg.train
     problems = [f"{k} = {v!r} must be > 0" for k, v in _positives(cfg).items() if not v > 0]
-    if m.d_model % max(m.n_heads, 1):
+    if m.d_model % max(m.n_heads, 1) and not m.d_head:
         problems.append(
             f"model.d_model = {m.d_model} must be divisible by model.n_heads = {m.n_heads}"
         )
@@ -375,8 +426,10 @@ def validate(cfg: Config) -> Config:
             f"model.n_kv_heads = {m.n_kv_heads} must divide model.n_heads = {m.n_heads} "
             "(0 means equal to n_heads)"
         )
-    divisible = m.d_model > 0 and m.n_heads > 0 and not m.d_model % m.n_heads
-    if m.pos == "rope" and divisible and m.head_dim % 2:
+    divisible = m.d_model > 0 and m.n_heads > 0 and (m.d_head or not m.d_model % m.n_heads)
+    if m.pos == "rope" and m.d_head % 2:
+        problems.append(f"model.d_head = {m.d_head} must be even with RoPE (pos = 'rope')")
+    elif m.pos == "rope" and divisible and m.head_dim % 2:
         fits = [h for h in range(1, m.d_model + 1) if not m.d_model % h and not m.d_model // h % 2]
         near = sorted(sorted(fits, key=lambda h: abs(h - m.n_heads))[:3])
         heads = f"--set model.n_heads=N with N in {near}, " if near else ""
@@ -402,7 +455,7 @@ def validate(cfg: Config) -> Config:
         problems.append(f"train.warmup_steps = {t.warmup_steps} must be >= 0")
     if not 257 <= cfg.data.bpe_vocab_size <= 65536:
         problems.append(f"data.bpe_vocab_size = {cfg.data.bpe_vocab_size} must be in 257..65536")
-    problems += _range_problems(cfg)
+    problems += _range_problems(cfg) + _family_problems(m)
     s = cfg.sample
     problems += sampling_problems("sample.", s.max_new_tokens, s.temperature, s.top_k, s.top_p)
     if divisible and m.d_model > 0:  # the LoRA checks read the heads' sizes
@@ -426,6 +479,51 @@ def validate(cfg: Config) -> Config:
     if problems:
         raise ConfigError(format_problems("Invalid config", problems))
     return cfg
+
+
+def _family_problems(m: ModelConfig) -> list[str]:
+    """The options of the imported families (windows, soft-caps, scalars) out of range."""
+    problems = [
+        f"model.{key} = {value} must be >= 0 (0 = off)"
+        for key, value in (
+            ("d_head", m.d_head),
+            ("sliding_window", m.sliding_window),
+            ("global_every", m.global_every),
+            ("n_experts", m.n_experts),
+            ("moe_d_ff", m.moe_d_ff),
+        )
+        if value < 0
+    ]
+    for key, value in (
+        ("rope_local_theta", m.rope_local_theta),
+        ("attn_softcap", m.attn_softcap),
+        ("attn_scalar", m.attn_scalar),
+    ):
+        if not (math.isfinite(value) and value >= 0):
+            problems.append(f"model.{key} = {value} must be a finite number >= 0 (0 = off)")
+    if m.attn_softcap > 0 and m.attention in ("xla", "cudnn"):
+        problems.append(
+            f"model.attn_softcap = {m.attn_softcap} needs the blocked attention core, but "
+            f"model.attention = {m.attention!r} has no soft-cap; use auto or blocked"
+        )
+    if m.global_every and not m.sliding_window:
+        problems.append(
+            f"model.global_every = {m.global_every} needs model.sliding_window > 0 (it picks "
+            "the layers without a window)"
+        )
+    if m.n_experts and not 0 < m.experts_per_token <= m.n_experts:
+        problems.append(
+            f"model.experts_per_token = {m.experts_per_token} must be in 1..model.n_experts = "
+            f"{m.n_experts}"
+        )
+    if m.n_experts and (m.mlp != "swiglu" or m.bias):
+        problems.append(
+            f"model.n_experts = {m.n_experts} needs SwiGLU experts without biases: "
+            f"model.mlp = 'swiglu' (not {m.mlp!r}) and model.bias = false"
+        )
+    if m.norm_plus_one and m.norm != "rmsnorm":
+        problems.append("model.norm_plus_one = true needs model.norm = 'rmsnorm'")
+    return problems
 
 
 def _range_problems(cfg: Config) -> list[str]:

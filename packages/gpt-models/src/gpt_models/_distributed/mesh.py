@@ -33,6 +33,7 @@ RULES = ps.Rules(
         "layers": None,
         "seq": None,
         "act_embed": None,
+        "expert": None,  # MoE experts: replicated (map it to a mesh axis for expert parallelism)
     }
 )
 

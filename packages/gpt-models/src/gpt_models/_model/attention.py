@@ -6,7 +6,7 @@ import jax
 
 from .._config.schema import ModelConfig
 from .._errors import ConfigError
-from .gpt import compute_dtype
+from .block import compute_dtype
 
 
 def check_attention(cfg: ModelConfig) -> None:

@@ -19,8 +19,11 @@ def _projections(model: ModelConfig) -> dict[str, tuple[int, int]]:
     d, f = model.d_model, model.ff_dim
     q, kv = model.n_heads * model.head_dim, model.kv_heads * model.head_dim
     shapes = {"q": (d, q), "k": (d, kv), "v": (d, kv), "o": (q, d), "up": (d, f), "down": (f, d)}
-    if model.mlp == "swiglu":
+    if model.gated:
         shapes["gate"] = (d, f)
+    if model.n_experts:  # each token runs top-k experts' gate, up and down, and the router
+        k, f = model.experts_per_token, model.moe_d_ff or f
+        shapes.update(gate=(d, k * f), up=(d, k * f), down=(k * f, d), router=(d, model.n_experts))
     return shapes
 
 
@@ -30,7 +33,9 @@ def flops_per_token(config: Any) -> float:
     A full run counts ``6 * N_matmul + 12 * n_layers * d_model * seq_len``: 2 FLOPs per
     multiply-add forward, and backward 2 for activation gradients and 2 for weight gradients.
     ``N_matmul`` counts the weights of every matrix multiply (attention and MLP projections and the
-    output projection onto the vocabulary, tied or not) and excludes the embedding lookups; the
+    output projection onto the vocabulary, tied or not) and excludes the embedding lookups; with
+    ``model.n_experts`` the MLP counts the ``experts_per_token`` experts a token runs (the active
+    weights) and the router; the
     second term is the attention scores and weighted sum (forward 2 + backward 4 FLOPs per
     multiply-add, over the full ``seq_len`` square, as in the PaLM paper's MFU definition).
 
@@ -63,6 +68,6 @@ def flops_per_token(config: Any) -> float:
     lora = lora_config(model)
     if lora is None:
         return 6.0 * n_matmul + attention
-    adapted = lora.kernels(gated=model.mlp == "swiglu")
+    adapted = lora.kernels(gated=model.gated)
     n_lora = layers * lora.rank * sum(sum(shapes[k]) for k in adapted)
     return 4.0 * n_matmul + 6.0 * n_lora + attention

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -23,155 +22,15 @@ import paramspec as ps
 
 from .._config.schema import ModelConfig
 from .._distributed.mesh import RULES, single_device_mesh
+from .block import RESIDUAL, Block, Common, axes, compute_dtype, no_constraint, per_layer
 from .lora import lora_config, make_lora
 
 Array = jax.Array
-
-RESIDUAL = ("batch", "seq", "act_embed")
-
-_MLP_ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "gelu": jax.nn.gelu,
-    "relu2": lambda x: jnp.square(jax.nn.relu(x)),
-    "swiglu": jax.nn.silu,  # gated: silu(gate(x)) * up(x)
-}
 
 _REMAT_POLICIES = {
     "full": None,  # save nothing: recompute the whole block in the backward pass
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
-
-
-def compute_dtype(cfg: ModelConfig) -> Any:
-    """``model.dtype`` resolved: ``auto`` is bfloat16 on GPU/TPU and float32 on CPU.
-
-    Example:
-        >>> from gpt_models import ModelConfig
-        >>> compute_dtype(ModelConfig(dtype="bfloat16")).name
-        'bfloat16'
-    """
-    if cfg.dtype != "auto":
-        return jnp.dtype(cfg.dtype)
-    return jnp.dtype(jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16)
-
-
-def _axes(*names: str | None) -> dict[str, Any]:
-    return {"logical_axes": names}
-
-
-def no_constraint(x: Array, logical_axes: tuple) -> Array:
-    """The default ``constrain``: activations stay where XLA puts them (no mesh given)."""
-    return x
-
-
-class _Common:
-    """What every layer of one model shares: dtypes, initializers, the norm class."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        self.dtype, self.param_dtype = compute_dtype(cfg), jnp.dtype(cfg.param_dtype)
-        self.init = jax.nn.initializers.normal(cfg.init_std)
-        # Projections back into the residual stream: smaller, so the stream's variance does not
-        # grow with depth (GPT-2).
-        self.out_init = jax.nn.initializers.normal(cfg.init_std / math.sqrt(2 * cfg.n_layers))
-        self.layernorm = cfg.norm == "layernorm"
-        self.eps = cfg.norm_eps
-
-    def norm(self, graph: bx.Graph) -> bx.Module:
-        kwargs = {
-            "eps": self.eps,
-            "scale_metadata": _axes(None),
-            "dtype": self.dtype,
-            "param_dtype": self.param_dtype,
-        }
-        if self.layernorm:
-            return bx.LayerNorm(graph, bias_metadata=_axes(None), **kwargs)
-        return bx.RMSNorm(graph, **kwargs)
-
-
-class Block(bx.Module):
-    """Pre-norm transformer block: ``x + drop(attn(norm(x)))``, then ``x + drop(mlp(norm(x)))``.
-
-    ``y, params = block(params, x, segment_ids=None, decode=False, is_training=False,
-    constrain=...)``; ``constrain(x, logical_axes)`` places the residual stream it returns (the
-    trainer passes ``paramspec.constrain``). ``segment_ids`` ``(B, T)`` label the examples of
-    packed rows: attention stays within each (blox's ``MultiHeadAttention``). With
-    ``model.dropout`` and ``is_training=True`` the attention probabilities and both branch outputs
-    are dropped, each with its own key from ``rng``; ``is_training`` reaches the MLP too.
-    ``lora`` (a ``bx.LoRA``) adds adapters to the attention and MLP kernels it targets.
-    """
-
-    def __init__(
-        self, graph: bx.Graph, cfg: ModelConfig, rng: bx.Rng, lora: bx.LoRA | None = None
-    ) -> None:
-        super().__init__(graph)
-        c = _Common(cfg)
-        self.attn_norm = c.norm(graph / "attn_norm")
-        self.attn = bx.MultiHeadAttention(
-            graph / "attn",
-            cfg.n_heads,
-            cfg.head_dim,
-            rng=rng,
-            num_kv_heads=cfg.kv_heads,
-            use_rope=cfg.pos == "rope",
-            rope_base=cfg.rope_theta,
-            kernel_init=c.init,
-            out_init=c.out_init,
-            qk_norm=cfg.qk_norm,
-            use_bias=cfg.bias,
-            implementation=cfg.attention,
-            dropout_rate=cfg.dropout,
-            metadata={
-                "query": _axes("embed", "heads", "head_dim"),
-                "key": _axes("embed", "kv_heads", "head_dim"),
-                "value": _axes("embed", "kv_heads", "head_dim"),
-                "out": _axes("heads", "head_dim", "embed"),
-                "query_bias": _axes("heads", "head_dim"),
-                "key_bias": _axes("kv_heads", "head_dim"),
-                "value_bias": _axes("kv_heads", "head_dim"),
-                "out_bias": _axes("embed"),
-                "query_norm": _axes(None),
-                "key_norm": _axes(None),
-            },
-            dtype=c.dtype,
-            param_dtype=c.param_dtype,
-            lora=lora,
-        )
-        self.drop = bx.Dropout(graph / "drop", cfg.dropout, rng=rng)  # no params: used twice
-        self.mlp_norm = c.norm(graph / "mlp_norm")
-        self.mlp = bx.MLP(
-            graph / "mlp",
-            [cfg.ff_dim, cfg.d_model],
-            rng=rng,
-            activation=_MLP_ACTIVATIONS[cfg.mlp],
-            gated=cfg.mlp == "swiglu",
-            use_bias=cfg.bias,
-            kernel_init=[c.init, c.out_init],
-            kernel_metadata=[_axes("embed", "mlp"), _axes("mlp", "embed")],
-            bias_metadata=[_axes("mlp"), _axes("embed")],
-            dtype=c.dtype,
-            param_dtype=c.param_dtype,
-            lora=lora,
-        )
-
-    def __call__(
-        self,
-        params: bx.Params,
-        x: Array,
-        *,
-        segment_ids: Array | None = None,
-        decode: bool = False,
-        is_training: bool = False,
-        constrain: Any = no_constraint,
-    ) -> tuple[Array, bx.Params]:
-        h, params = self.attn_norm(params, x)
-        h, params = self.attn(
-            params, h, causal=True, decode=decode, segment_ids=segment_ids, is_training=is_training
-        )
-        h, params = self.drop(params, h, is_training=is_training)
-        x = x + h
-        h, params = self.mlp_norm(params, x)
-        h, params = self.mlp(params, h, is_training=is_training)
-        h, params = self.drop(params, h, is_training=is_training)
-        return constrain(x + h, RESIDUAL), params
 
 
 class GPT(bx.Module):
@@ -201,7 +60,7 @@ class GPT(bx.Module):
 
     def __init__(self, graph: bx.Graph, cfg: ModelConfig) -> None:
         super().__init__(graph)
-        c = _Common(cfg)
+        c = Common(cfg)
         self.cfg = cfg
         self.rng = bx.Rng(graph / "rng")
         self.lora = make_lora(cfg, self.rng)
@@ -211,7 +70,7 @@ class GPT(bx.Module):
             cfg.d_model,
             rng=self.rng,
             embedding_init=c.init,
-            metadata=_axes("vocab", "embed"),
+            metadata=axes("vocab", "embed"),
             dtype=c.dtype,
             param_dtype=c.param_dtype,
         )
@@ -223,7 +82,7 @@ class GPT(bx.Module):
                 cfg.d_model,
                 rng=self.rng,
                 embedding_init=c.init,
-                metadata=_axes(None, "embed"),
+                metadata=axes(None, "embed"),
                 dtype=c.dtype,
                 param_dtype=c.param_dtype,
             )
@@ -239,6 +98,7 @@ class GPT(bx.Module):
             remat_policy=_REMAT_POLICIES.get(cfg.remat),
             logical_axis="layers",
             is_static=not cfg.scan_layers,
+            per_layer=per_layer(cfg),
         )
         self.final_norm = c.norm(graph / "final_norm")
         self.unembed = None
@@ -249,7 +109,7 @@ class GPT(bx.Module):
                 rng=self.rng,
                 use_bias=False,
                 kernel_init=c.init,
-                kernel_metadata=_axes("embed", "vocab"),
+                kernel_metadata=axes("embed", "vocab"),
                 dtype=c.dtype,
                 param_dtype=c.param_dtype,
             )
@@ -267,6 +127,8 @@ class GPT(bx.Module):
     ) -> tuple[Array, bx.Params]:
         cfg = self.cfg
         x, params = self._embed(params, tokens, constrain)
+        if cfg.embed_scale:  # Gemma: sqrt(d_model), rounded to the activations' dtype first
+            x = x * jnp.asarray(math.sqrt(cfg.d_model), x.dtype)
         if self.pos_embed is not None:
             if positions is None:  # RoPE's positions are the attention's own, from segment_ids
                 positions = (

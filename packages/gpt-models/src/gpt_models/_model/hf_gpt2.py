@@ -65,6 +65,8 @@ class GPT2Layout(Layout):
         lacks = super().lacking(m)
         if m.n_kv_heads not in (0, m.n_heads):
             lacks["n_kv_heads"] = 0  # GPT-2 has no grouped-query attention
+        if m.head_dim * m.n_heads != m.d_model:
+            lacks["d_head"] = 0  # GPT-2's heads split the model's width
         return lacks
 
     def entries(self, m: ModelConfig) -> list[Entry]:

@@ -1,11 +1,14 @@
 """What a Hugging Face model family is in this model's terms: the shared parts of a layout.
 
-A family (``hf_gpt2.py``: ``GPT2LMHeadModel``; ``hf_llama.py``: ``LlamaForCausalLM``) is a
+A family (``hf_gpt2.py``: ``GPT2LMHeadModel``; ``hf_llama.py``: ``LlamaForCausalLM`` and the
+layout the Llama-like families share; ``hf_dense.py``: Qwen2, Qwen3, Mistral, OLMo 2;
+``hf_gemma.py``: Gemma 2 and 3) is a
 :class:`Layout` that knows its ``config.json`` both ways (read through a :class:`ConfigReader`, so
 a value of the wrong type is named instead of failing later in a cast), the settings a model needs
 to be exported as it, and its tensors: one :class:`Entry` per module of our model (embedding,
 norms, attention, MLP), with the HF names, the HF shapes and the conversions of one layer.
-:func:`layouts` lists the families; :func:`export_layout` picks the one a model exports as.
+``hf_families.py`` lists the families and picks the one a folder imports as and a model exports
+as; it imports this module and every family's, none of which imports it.
 Reading and writing the folders themselves is ``_runs/hf_import.py`` and ``_runs/hf_export.py``.
 """
 
@@ -25,6 +28,13 @@ from .._errors import CheckpointFormatError
 PREFIX = ("gpt", "model")
 BLOCK = ("blocks", "block")
 _REQUIRED = object()
+# The model options that only some families have, at the values a family without them needs.
+FEATURES: dict[str, object] = {
+    "qk_norm": False, "qk_norm_scope": "head", "logit_softcap": 0.0, "qkv_bias": False,
+    "sliding_window": 0, "global_every": 0, "rope_local_theta": 0.0, "attn_softcap": 0.0,
+    "attn_scalar": 0.0, "norm_placement": "pre", "norm_plus_one": False, "embed_scale": False,
+    "n_experts": 0, "experts_per_token": 2, "moe_d_ff": 0, "moe_norm_topk": True,
+}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +158,10 @@ class Layout(abc.ABC):
         model_type: config.json ``model_type``.
         name: the family as people say it (``GPT-2``).
         summary: what makes a model this family, for messages.
-        needs: the model settings a model must have to be exported as this family.
+        needs: the model settings a model must have to be exported as this family; the
+            family options it does not name (:data:`FEATURES`) must be at their defaults,
+            except those in ``free``.
+        free: family options this family represents at any value (Mistral's sliding_window).
         prefixes: prefixes a saved folder may put before the tensor names (first: what export writes).
         ignored: name endings of tensors transformers saves that hold no weights of ours.
     """
@@ -158,6 +171,7 @@ class Layout(abc.ABC):
     name: str
     summary: str
     needs: ClassVar[dict[str, object]]
+    free: tuple[str, ...] = ()
     prefixes: tuple[str, ...] = ("",)
     ignored: tuple[str, ...] = ()
 
@@ -174,8 +188,16 @@ class Layout(abc.ABC):
         """Every param of ``m`` and the HF tensors it is made of."""
 
     def lacking(self, m: ModelConfig) -> dict[str, object]:
-        """The settings ``m`` lacks to be exported as this family: its own, then those all share."""
-        needs = {**self.needs, "qk_norm": False, "logit_softcap": 0.0}
+        """The settings ``m`` lacks to be exported as this family: its own, then the family
+        options it has no equivalent of, at their defaults."""
+        unused = {k: v for k, v in FEATURES.items() if k not in self.free}
+        moot = [] if m.qk_norm else ["qk_norm_scope"]
+        if not m.sliding_window:  # no windowed layer: their pattern and RoPE base are moot
+            moot += ["global_every", "rope_local_theta"]
+        if not m.n_experts:  # no experts: how they would be picked is moot
+            moot += ["experts_per_token", "moe_d_ff", "moe_norm_topk"]
+        unused = {k: v for k, v in unused.items() if k not in moot}
+        needs = {**self.needs, **{k: v for k, v in unused.items() if k not in self.needs}}
         return {k: v for k, v in needs.items() if getattr(m, k) != v}
 
     def expected(self, m: ModelConfig, prefix: str) -> dict[str, tuple[int, ...]]:
@@ -190,63 +212,3 @@ class Layout(abc.ABC):
     def skipped(self, name: str, m: ModelConfig) -> bool:
         """A tensor transformers saves that holds nothing of ours (buffers, a tied head)."""
         return name.endswith(self.ignored) or (m.tie_embeddings and name == "lm_head.weight")
-
-
-def layouts() -> dict[str, Layout]:
-    """The families by transformers class."""
-    # Imported here, not at the top: the families subclass Layout, so they import this module.
-    from .hf_gpt2 import GPT2
-    from .hf_llama import LLAMA
-
-    return {layout.architecture: layout for layout in (GPT2, LLAMA)}
-
-
-def layout_of(raw: dict[str, Any], source: Path) -> Layout:
-    """The family config.json names (``architectures``, else ``model_type``), or a refusal."""
-    found = layouts()
-    archs = raw.get("architectures")
-    if isinstance(archs, list) and archs and isinstance(archs[0], str):
-        arch: Any = archs[0]
-    else:
-        kind = raw.get("model_type")
-        by_type = {layout.model_type: layout for layout in found.values()}
-        if isinstance(kind, str) and kind in by_type:
-            return by_type[kind]
-        arch = archs if archs is not None else kind
-    if arch not in found:
-        raise CheckpointFormatError(
-            f"{source}: architecture {arch!r} cannot be imported; supported: "
-            f"{', '.join(found)} (config.json 'architectures')."
-        )
-    return found[arch]
-
-
-def export_layout(m: ModelConfig) -> Layout:
-    """The family ``m`` exports as, or a :class:`CheckpointFormatError` that names every
-    ``--set`` flag a run needs to train an exportable model of each family."""
-    found = list(layouts().values())
-    lacks = {layout.architecture: layout.lacking(m) for layout in found}
-    hints = [
-        " ".join(f"--set model.{k}={str(v).lower()}" for k, v in lacks[layout.architecture].items())
-        + f" ({layout.name})"
-        for layout in found
-    ]
-    fix = (
-        f"The architecture is fixed when a run starts: train one with {' or '.join(hints)}; "
-        "this run stays readable by gpt sample and gpt eval."
-    )
-    for layout in found:
-        if all(getattr(m, k) == v for k, v in layout.needs.items()):
-            if lacks[layout.architecture]:
-                key, value = next(iter(lacks[layout.architecture].items()))
-                raise CheckpointFormatError(
-                    f"model.{key} = {getattr(m, key)!r} has no {layout.architecture} equivalent; "
-                    f"only models with model.{key} = {value!r} can be exported. {fix}"
-                )
-            return layout
-    kinds = " nor ".join(f"{layout.name} ({layout.summary})" for layout in found)
-    raise CheckpointFormatError(
-        f"This model (model.norm = {m.norm!r}, pos = {m.pos!r}, mlp = {m.mlp!r}, tie_embeddings = "
-        f"{m.tie_embeddings}, bias = {m.bias}) is neither {kinds}; only those two can be exported. "
-        f"{fix}"
-    )

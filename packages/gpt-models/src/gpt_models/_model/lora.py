@@ -30,7 +30,7 @@ def make_lora(model: ModelConfig, rng: bx.Rng) -> bx.LoRA | None:
     lora = lora_config(model)
     if lora is None:
         return None
-    wanted = {KERNELS[k] for k in lora.kernels(gated=model.mlp == "swiglu")}
+    wanted = {KERNELS[k] for k in lora.kernels(gated=model.gated)}
 
     def targets(path: tuple[str, ...]) -> bool:
         return path[: len(BLOCK_PATH)] == BLOCK_PATH and any(path[-len(k) :] == k for k in wanted)
@@ -62,5 +62,5 @@ def lora_summary(model: ModelConfig) -> str:
     lora = lora_config(model)
     if lora is None:
         return "no LoRA"
-    kernels = ",".join(lora.kernels(gated=model.mlp == "swiglu"))
+    kernels = ",".join(lora.kernels(gated=model.gated))
     return f"rank {lora.rank} (alpha {lora.scale_alpha:g}) on {kernels}"

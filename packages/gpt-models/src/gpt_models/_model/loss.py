@@ -18,7 +18,8 @@ import jax.numpy as jnp
 
 import blox as bx
 
-from .gpt import drops, gpt, no_constraint
+from .block import no_constraint
+from .gpt import drops, gpt
 
 Array = jax.Array
 

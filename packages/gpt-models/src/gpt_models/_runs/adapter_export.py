@@ -30,7 +30,8 @@ import blox as bx
 from .._config.lora import KERNELS
 from .._config.schema import Config
 from .._errors import UsageError
-from .._model.hf_layout import BLOCK, PREFIX, Entry, Layout, export_layout
+from .._model.hf_families import export_layout
+from .._model.hf_layout import BLOCK, PREFIX, Entry, Layout
 from .._model.lora import lora_config
 from .folders import check_new_path
 from .hf_export import _FIX, _to_numpy, write_folder
@@ -70,7 +71,7 @@ def export_adapter(config: Config, params: bx.Params, path: str | Path, *,
     prefix = "base_model.model." + layout.prefixes[0]
     tensors: dict[str, np.ndarray] = {}
     ranks: dict[str, int] = {}
-    for module, kernels, entry in _modules(layout, model, lora.kernels(model.mlp == "swiglu")):
+    for module, kernels, entry in _modules(layout, model, lora.kernels(model.gated)):
         for i, (a, b) in enumerate(_layer_pairs(params, kernels, entry, lora.rank)):
             name = prefix + module.format(i=i)
             tensors[f"{name}.lora_A.weight"] = _to_numpy(a, dtype)

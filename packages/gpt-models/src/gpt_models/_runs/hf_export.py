@@ -1,7 +1,8 @@
 """Hugging Face folders out: a folder transformers uses as it is, written whole or not at all.
 
 The folder holds ``config.json`` and ``model.safetensors`` in the family's layout
-(``_model/hf_gpt2.py``, ``_model/hf_llama.py``), and with a tokenizer also ``tokenizer.json``,
+(``_model/hf_gpt2.py``, ``_model/hf_llama.py`` and the families built on it), and with a
+tokenizer also ``tokenizer.json``,
 ``tokenizer_config.json`` (the tokenizer class and its special bos/eos/pad tokens), and always
 ``generation_config.json``, so ``AutoTokenizer`` loads the tokenizer and ``generate`` stops at the
 end of text. The bos/eos/pad ids are written in ``config.json`` and ``generation_config.json``,
@@ -41,7 +42,8 @@ from .._data.chat_format import ChatFormat
 from .._data.run_tokenizer import TOKENIZER_FILE
 from .._errors import CheckpointFormatError, UsageError
 from .._model.gpt import gpt
-from .._model.hf_layout import PREFIX, Layout, export_layout
+from .._model.hf_families import export_layout
+from .._model.hf_layout import PREFIX, Layout
 from .._model.lora import is_adapter
 from .folders import check_new_path, new_folder
 from .hf_folder import check_dtype, parse_tokenizer
@@ -66,8 +68,10 @@ def export_hf(
     ``config`` is a :class:`Config` or its ``ModelConfig``; the params of a run trained with LoRA
     (a ``Config`` with ``lora.rank > 0``) are written with their adapters merged into the
     weights (``W + alpha / rank * a @ b``): a plain model. The model must be GPT-2-shaped
-    (layernorm, learned positions, gelu, tied head, biases) or Llama-shaped (rmsnorm, rope,
-    swiglu, no biases). ``tokenizer`` (a tokenizer, or a tokenizer.json file, copied as it is)
+    (layernorm, learned positions, gelu, tied head, biases), Llama-shaped (rmsnorm, rope,
+    swiglu, no biases) or one of the Llama-like families (Qwen2, Qwen3, Mistral, OLMo 2,
+    Gemma 2 and 3, Mixtral, Qwen3-MoE) by its options; it is written as the first family that
+    has them all. ``tokenizer`` (a tokenizer, or a tokenizer.json file, copied as it is)
     adds ``tokenizer.json``, ``tokenizer_config.json`` and its special-token ids. ``chat``, the
     chat format of a run trained on chat data (``gpt export`` passes the run's), adds its template
     to ``tokenizer_config.json`` (``chat_template``, with the special tokens it reads) and its
@@ -77,7 +81,7 @@ def export_hf(
     so a failure leaves nothing behind.
 
     Raises:
-        CheckpointFormatError: the model has no GPT-2 or Llama equivalent, or the tokenizer has
+        CheckpointFormatError: the model has no equivalent in any family, or the tokenizer has
             more ids than the model.
         UsageError: ``path`` exists (or is a link, or lies below a file), or cannot be written.
     """

@@ -26,7 +26,8 @@ from .._config.schema import Config, ModelConfig
 from .._data.byte_tokenizer import ByteTokenizer
 from .._data.run_tokenizer import TOKENIZER_FILE
 from .._errors import CheckpointFormatError, UsageError
-from .._model.hf_layout import ConfigReader, Layout, layout_of
+from .._model.hf_families import layout_of
+from .._model.hf_layout import ConfigReader, Layout
 
 DTYPES = ("float32", "bfloat16")
 _FLOATS = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}

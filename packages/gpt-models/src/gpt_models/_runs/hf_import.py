@@ -54,7 +54,8 @@ def read_hf_config(path: str | Path, *, dtype: str = "float32") -> tuple[str, Co
 
 
 def import_hf(path: str | Path, *, dtype: str = "float32") -> tuple[Config, bx.Params]:
-    """Load a Hugging Face ``GPT2LMHeadModel`` or ``LlamaForCausalLM`` folder.
+    """Load a Hugging Face folder of a family ``_model/hf_families.py`` lists: GPT-2, Llama,
+    Qwen2/2.5, Qwen3, Mistral, OLMo 2, Gemma 2 or Gemma 3 (``...ForCausalLM``).
 
     Returns ``(config, params)``: a :class:`Config` whose model section reproduces the checkpoint
     (other sections at their defaults) and the params on the first device, in ``dtype``
