@@ -287,7 +287,7 @@ def test_merged_export_gives_the_adapted_logits(preset, tmp_path):
     tokens = jax.random.randint(jax.random.key(1), (2, 16), 0, 300)
     adapted = np.asarray(forward(params, tokens, cfg))[..., :300]
     merged = np.asarray(forward(plain, tokens, plain_cfg))[..., :300]
-    base = np.asarray(forward(params, tokens, cfg.model))[..., :300]  # the adapters left out
+    base = np.asarray(forward(params, tokens, cfg.model.base))[..., :300]  # the adapters left out
     assert np.abs(adapted - base).max() > 1e-2
     np.testing.assert_allclose(merged, adapted, atol=2e-5, rtol=0)
 
@@ -297,7 +297,7 @@ def test_export_hf_refuses_adapters_without_their_config(tmp_path):
     params = init_params(cfg, jax.random.key(0))
     with pytest.raises(CheckpointFormatError, match=r"params hold LoRA adapters \(\*lora_a, \*lora_b\), but "
                        "the config has no \\[lora\\] section"):  # fmt: skip
-        export_hf(cfg.model, params, tmp_path / "out")
+        export_hf(cfg.model.base, params, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

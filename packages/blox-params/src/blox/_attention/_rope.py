@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 
-def rope(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
+def rope(x: jax.Array, positions: jax.Array, base: float | jax.Array = 10000.0) -> jax.Array:
     """Rotary position embedding of ``x`` ``(..., T, heads, head_dim)`` at ``positions``.
 
     Rotates pairs ``(x[..., :d/2], x[..., d/2:])`` by angles ``position / base**(2i/d)``.

@@ -25,7 +25,7 @@ _LLAMA_NEEDS = LlamaLayout.needs
 
 
 class _QwenLayout(LlamaLayout):
-    false_flags = ()
+    false_flags: tuple[str, ...] = ()
 
     def family_reads(self, read: ConfigReader) -> dict[str, Any]:
         return {"use_sliding_window": read.flag("use_sliding_window", False)}
@@ -66,7 +66,7 @@ class MistralLayout(LlamaLayout):
     name = "Mistral"
     summary = "Llama with a sliding window on every layer"
     needs: ClassVar[dict[str, object]] = {**_LLAMA_NEEDS, "global_every": 0}
-    free = ("d_head", "sliding_window")
+    free: tuple[str, ...] = ("d_head", "sliding_window")
     false_flags = ()
 
     def family_reads(self, read: ConfigReader) -> dict[str, Any]:

@@ -32,8 +32,14 @@ class Gemma2Layout(LlamaLayout):
     name = "Gemma 2"
     summary = "1 + w norms around each sublayer, scaled embeddings, geglu, soft-caps, windows"
     needs: ClassVar[dict[str, object]] = _GEMMA_NEEDS
-    free = ("d_head", "sliding_window", "global_every", "attn_softcap", "logit_softcap",
-            "attn_scalar")  # fmt: skip
+    free: tuple[str, ...] = (
+        "d_head",
+        "sliding_window",
+        "global_every",
+        "attn_softcap",
+        "logit_softcap",
+        "attn_scalar",
+    )
     activation = ("hidden_activation", "gelu_pytorch_tanh")
     false_flags = ("attention_bias", "use_bidirectional_attention")
     tied = True

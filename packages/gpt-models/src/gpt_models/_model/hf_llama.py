@@ -43,7 +43,7 @@ class LlamaLayout(Layout):
         "mlp": "swiglu",
         "bias": False,
     }
-    free = ("d_head",)
+    free: tuple[str, ...] = ("d_head",)
     ignored = ("rotary_emb.inv_freq",)  # a buffer older transformers saved
     activation = ("hidden_act", "silu")  # the config key and the one value we reproduce
     false_flags: tuple[str, ...] = ("attention_bias", "mlp_bias")  # options we do not have
@@ -65,13 +65,16 @@ class LlamaLayout(Layout):
         for key, value in flags.items():
             if value:
                 read.refuse(key, value, "false")
+        needs: dict[str, Any] = {
+            k: v for k, v in self.needs.items() if k not in ("norm", "pos", "mlp", "bias")
+        }
         return ModelConfig(
             vocab_size=padded_vocab(vocab), vocab_real=vocab if padded_vocab(vocab) != vocab else 0,
             seq_len=seq, d_model=d, n_layers=layers, n_heads=heads, n_kv_heads=kv or heads,
             d_head=head_dim if head_dim and head_dim * heads != d else 0, d_ff=d_ff,
             mlp=str(self.needs["mlp"]), norm="rmsnorm", pos="rope", rope_theta=theta,
             tie_embeddings=tied, bias=False, norm_eps=eps, param_dtype=dtype,
-            **{k: v for k, v in self.needs.items() if k not in ("norm", "pos", "mlp", "bias")},
+            **needs,
             **self.family_settings(read, family, layers),
         )  # fmt: skip
 

@@ -47,7 +47,7 @@ def _lora_key(cfg: Config, key: str) -> object:
     if key == "alpha":
         return lora.scale_alpha if lora.enabled else 0.0
     if key == "targets":
-        return lora.kernels(gated=cfg.model.mlp == "swiglu") if lora.enabled else ()
+        return lora.kernels(gated=cfg.model.gated) if lora.enabled else ()
     return lora.rank
 
 
