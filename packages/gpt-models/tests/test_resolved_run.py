@@ -117,7 +117,7 @@ def test_a_resumed_run_whose_store_was_replaced_is_refused_naming_it(
     prepare([other], store, val_fraction=0.3)
     capsys.readouterr()
     assert main(["train", "--resume", str(tmp_path / "r"), "--set", "train.steps=8"]) == 2
-    err = capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the pre-flight's line
     assert err.startswith(
         f"gpt: error: --resume {tmp_path / 'r'}: the token store data.path = {store} is not the "
         "one this run trained on: its manifest changed since checkpoint step 6 (sha256 "

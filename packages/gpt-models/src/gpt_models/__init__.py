@@ -1,9 +1,12 @@
 """gpt-models: GPT language models built from blox modules, sharded by paramspec rules, logged by
 lox, with optax and orbax; train, resume, evaluate, sample.
 
-The CLI ``gpt`` (``gpt train``, ``gpt sample``, ``gpt eval``, ``gpt config show``) is the usual entry
-point; the library exposes the same pieces: configs and presets, the byte and BPE tokenizers and data,
-the model (``GPT``, ``forward``, ``loss_fn``, ``generate``), the train step's parts (optimizer, state,
+The CLI ``gpt`` (``gpt train``, ``gpt sample``, ``gpt eval``, ``gpt config show``) is the usual
+entry
+point; the library exposes the same pieces: configs and presets, the byte and BPE tokenizers and
+data,
+the model (``GPT``, ``forward``, ``loss_fn``, ``generate``), the train step's parts (optimizer,
+state,
 compiled steps, mesh and rules, checkpoints), ``resolve_run`` (a run as one value), ``train`` and
 ``load_run``.
 """

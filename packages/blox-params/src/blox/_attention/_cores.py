@@ -17,7 +17,8 @@ from ._masks import flat_mask
 # The attention cores `implementation=` picks from; `auto` resolves per backend (`choose`).
 IMPLEMENTATIONS = ("auto", "blocked", "xla", "cudnn")
 _Fused = Literal["xla", "cudnn"]  # those that go through jax.nn.dot_product_attention
-# Causal attention on CPU: query rows per block, and at most this many blocks (benchmarks/gpt/PROFILE.md).
+# Causal attention on CPU: query rows per block, and at most this many blocks
+# (benchmarks/gpt/PROFILE.md).
 _CPU_BLOCK_ROWS, _CPU_MAX_BLOCKS = 64, 8
 
 

@@ -155,7 +155,8 @@ class MultiHeadAttention(Module):
         >>> cached = mha.init_cache(params, (2,), max_length=5)
         >>> y0, cached = mha(cached, jnp.ones((2, 3, 16)), decode=True)  # prefill 3 tokens
         >>> y1, cached = mha(cached, jnp.ones((2, 1, 16)), decode=True)  # then one at a time
-        >>> bool(jnp.allclose(y1[:, 0], y[:, 3], atol=1e-5)), int(cached[('net', 'attn', 'cache_index')].value)
+        >>> index = cached[('net', 'attn', 'cache_index')].value
+        >>> bool(jnp.allclose(y1[:, 0], y[:, 3], atol=1e-5)), int(index)
         (True, 4)
     """
 

@@ -113,7 +113,8 @@ class Params(Mapping[Path, Param]):
             yield path, view(aux, value)
 
     def child_logical_axes(self) -> tuple[Param, ...]:
-        """One ``Param`` per pytree child, in flatten order (``core_primitives.HasChildLogicalAxes``).
+        """One ``Param`` per pytree child, in flatten order
+        (``core_primitives.HasChildLogicalAxes``).
 
         This is how paramspec reads the ``logical_axes`` metadata of every parameter without
         importing blox: ``paramspec.shardings(params, mesh, rules)`` gives a ``Params`` of

@@ -101,8 +101,13 @@ def config_show_command(args: argparse.Namespace) -> int:
         count += f" + {param_count(cfg) - param_count(cfg.model.base):,} in LoRA adapters (trained)"
     if vocab_line:
         count += " (with this vocab_size; the trained tokenizer decides it)"
-        rest = re.sub(r"^vocab_size = (\d+)  #.*$", rf"vocab_size = \1  # {vocab_line}", rest,
-                      count=1, flags=re.MULTILINE)  # fmt: skip
+        rest = re.sub(
+            r"^vocab_size = (\d+)  #.*$",
+            rf"vocab_size = \1  # {vocab_line}",
+            rest,
+            count=1,
+            flags=re.MULTILINE,
+        )
     print(f"{head}\n{count}\n{rest}", end="")
     return 0
 
@@ -181,8 +186,11 @@ def sample_command(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from err
     print(text)
     if chat is None and ended:  # as transformers' generate stops on the export
-        print(f"note: the text ended at the tokenizer's end-of-text token (id {stop}) within "
-              f"{n} new tokens; --raw goes on past it.", file=sys.stderr)  # fmt: skip
+        print(
+            f"note: the text ended at the tokenizer's end-of-text token (id {stop}) within "
+            f"{n} new tokens; --raw goes on past it.",
+            file=sys.stderr,
+        )
     if chat is not None and not ended:
         print(
             f"note: the reply did not end within {n} new tokens (no {chat.end_of_turn_text!r}, "
@@ -195,7 +203,8 @@ def sample_command(args: argparse.Namespace) -> int:
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    """``gpt eval``: ``val_loss <x>`` of a run's newest checkpoint, or ``--text`` / ``--task`` scores."""
+    """``gpt eval``: ``val_loss <x>`` of a run's newest checkpoint, or ``--text`` / ``--task``
+    scores."""
     from .._inference.evaluate import evaluate_run
     from .._inference.plans import plan_eval
     from .eval_report import run_preflight

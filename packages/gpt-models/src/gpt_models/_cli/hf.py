@@ -14,29 +14,46 @@ _DTYPE_HELP = "float32 (default) or bfloat16"
 
 def import_parser(p: argparse.ArgumentParser) -> None:
     """The flags of ``gpt import``."""
-    p.add_argument("source", metavar="DIR",
-                   help="a Hugging Face model folder (config.json + model.safetensors or its "
-                        "sharded index) of a GPT2LMHeadModel or LlamaForCausalLM")  # fmt: skip
+    p.add_argument(
+        "source",
+        metavar="DIR",
+        help="a Hugging Face model folder (config.json + model.safetensors or its "
+        "sharded index) of a GPT2LMHeadModel or LlamaForCausalLM",
+    )
     p.add_argument("--name", required=True, help="the new run folder's name")
     p.add_argument("--out", default="runs", help="the folder of run folders; default runs")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                   help=f"parameter dtype of the run: {_DTYPE_HELP}")  # fmt: skip
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "bfloat16"),
+        help=f"parameter dtype of the run: {_DTYPE_HELP}",
+    )
 
 
 def export_parser(p: argparse.ArgumentParser) -> None:
     """The flags of ``gpt export``."""
     p.add_argument("run", metavar="RUN", help="a run folder (its newest checkpoint is exported)")
-    p.add_argument("out", metavar="OUT_DIR",
-                   help="the Hugging Face folder to write (must not exist): config.json, "
-                        "model.safetensors, the run's tokenizer with tokenizer_config.json, and "
-                        "generation_config.json")  # fmt: skip
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                   help=f"dtype of the written tensors: {_DTYPE_HELP}")  # fmt: skip
-    p.add_argument("--adapter", action="store_true",
-                   help="a LoRA run: write its adapters alone as a PEFT adapter folder "
-                        "(adapter_config.json, adapter_model.safetensors) for "
-                        "peft.PeftModel.from_pretrained on the base model; without it the "
-                        "adapters are merged into the exported weights")  # fmt: skip
+    p.add_argument(
+        "out",
+        metavar="OUT_DIR",
+        help="the Hugging Face folder to write (must not exist): config.json, "
+        "model.safetensors, the run's tokenizer with tokenizer_config.json, and "
+        "generation_config.json",
+    )
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "bfloat16"),
+        help=f"dtype of the written tensors: {_DTYPE_HELP}",
+    )
+    p.add_argument(
+        "--adapter",
+        action="store_true",
+        help="a LoRA run: write its adapters alone as a PEFT adapter folder "
+        "(adapter_config.json, adapter_model.safetensors) for "
+        "peft.PeftModel.from_pretrained on the base model; without it the "
+        "adapters are merged into the exported weights",
+    )
 
 
 def import_command(args: argparse.Namespace) -> int:
@@ -51,8 +68,9 @@ def import_command(args: argparse.Namespace) -> int:
         "gpt import",
         [("DIR", args.source, "gpt import hf/gpt2 --name gpt2"), ("--out", args.out, "runs")],
     )
-    run = import_run(args.source, Path(args.out) / check_run_name(args.name), dtype=args.dtype,
-                     notes=sys.stderr)  # fmt: skip
+    run = import_run(
+        args.source, Path(args.out) / check_run_name(args.name), dtype=args.dtype, notes=sys.stderr
+    )
     print(f"imported {args.source} into {run} (step 0); try: gpt eval --run {run}")
     if (run / CHAT_FILE).is_file():
         chat = read_chat_format(run / CHAT_FILE)
@@ -88,8 +106,9 @@ def export_command(args: argparse.Namespace) -> int:
         chat = None
         print(f"note: the export carries no chat template: {err}", file=sys.stderr)
     fits = tok.vocab_size <= cfg.model.real_vocab  # not: imported weights without a tokenizer
-    out = export_hf(cfg, params, args.out, dtype=args.dtype, tokenizer=tok if fits else None,
-                    chat=chat)  # fmt: skip
+    out = export_hf(
+        cfg, params, args.out, dtype=args.dtype, tokenizer=tok if fits else None, chat=chat
+    )
     print(f"exported {run} (step {step}) to {out}")
     if chat is not None and fits and chat.end_of_turn_ids:
         print(

@@ -67,9 +67,15 @@ def lm_eval_command(args: argparse.Namespace) -> int:
     # lm-eval's warnings, progress bars and `git describe` errors: to RUN/evals/lm-eval/lm-eval.log
     with output_to_log(Path(run) / "evals" / "lm-eval", LOG, "lm-eval") as terminal:
         scores = run_tasks(
-            manager, names, params, cfg, tokenizer=run_tokenizer(run, cfg),
-            batch_size=args.batch_size, stride=args.stride, stream=terminal,
-        )  # fmt: skip
+            manager,
+            names,
+            params,
+            cfg,
+            tokenizer=run_tokenizer(run, cfg),
+            batch_size=args.batch_size,
+            stride=args.stride,
+            stream=terminal,
+        )
     print(
         f"lm-eval {lm_eval.__version__} on {run} at step {step} "
         f"({args.batch_size} rows per model call)\n{table(scores)}"
@@ -83,16 +89,21 @@ def _check_flags(args: argparse.Namespace) -> None:
     # `--lm-eval "$TASKS"` with TASKS unset: name the flag (the task list's own check cannot).
     refuse_empty(
         "gpt eval",
-        [("--lm-eval", args.lm_eval, "hellaswag,arc_easy"), ("--include-path", args.include_path,
-         "my_tasks/")],
-    )  # fmt: skip
+        [
+            ("--lm-eval", args.lm_eval, "hellaswag,arc_easy"),
+            ("--include-path", args.include_path, "my_tasks/"),
+        ],
+    )
     if args.lm_eval is None:
         raise UsageError(
             f"gpt eval --include-path {args.include_path} adds task YAMLs to --lm-eval; pass "
             "--lm-eval TASK[,TASK] too (the task names the YAMLs define)."
         )
-    other = [flag for flag, value in (("--text", args.text), ("--task", args.task),
-                                      ("--format", args.format)) if value is not None]  # fmt: skip
+    other = [
+        flag
+        for flag, value in (("--text", args.text), ("--task", args.task), ("--format", args.format))
+        if value is not None
+    ]
     if other:
         raise UsageError(
             f"gpt eval --lm-eval runs the harness's tasks alone, but {' and '.join(other)} "
@@ -108,12 +119,17 @@ def table(scores: list[HarnessScore]) -> str:
     for s in scores:
         for metric, value in s.metrics.items():
             err = s.stderr.get(metric)
-            rows.append([
-                s.task, metric, f"{value:.4f}", "-" if err is None else f"{err:.4f}",
-                "-" if s.examples is None else str(s.examples),
-                "-" if s.num_fewshot is None else str(s.num_fewshot),
-                MEASURES.get(metric.partition(",")[0], "as the task's YAML defines it"),
-            ])  # fmt: skip
+            rows.append(
+                [
+                    s.task,
+                    metric,
+                    f"{value:.4f}",
+                    "-" if err is None else f"{err:.4f}",
+                    "-" if s.examples is None else str(s.examples),
+                    "-" if s.num_fewshot is None else str(s.num_fewshot),
+                    MEASURES.get(metric.partition(",")[0], "as the task's YAML defines it"),
+                ]
+            )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
     return "\n".join(
         "  ".join([*(v.ljust(w) for v, w in zip(r, widths, strict=False)), r[-1]]) for r in rows

@@ -57,7 +57,8 @@ def _versions() -> str:
 
 
 class _Version(argparse.Action):
-    """``--version``: one unwrapped line (argparse's own action rewraps it), looked up when asked."""
+    """``--version``: one unwrapped line (argparse's own action rewraps it), looked up when
+    asked."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
@@ -106,50 +107,101 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=None, metavar="PRESET|FILE.toml",
-                   help=f"a preset ({', '.join(PRESETS)}) or a TOML file; default tiny")  # fmt: skip
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set model.d_model=256 (repeatable; "
-                        "`gpt config show` lists every key)")  # fmt: skip
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="PRESET|FILE.toml",
+        help=f"a preset ({', '.join(PRESETS)}) or a TOML file; default tiny",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set model.d_model=256 (repeatable; "
+        "`gpt config show` lists every key)",
+    )
 
 
 def _train_parser(p: argparse.ArgumentParser) -> None:
     _config_args(p)
     p.add_argument("--out", default="runs", metavar="DIR", help="parent folder of run folders")
     p.add_argument("--name", default=None, help="run folder name (default: <preset>-<date>-<time>)")
-    p.add_argument("--resume", default=None, metavar="RUN",
-                   help="continue a run from its newest checkpoint (its config.toml, plus --set)")  # fmt: skip
-    p.add_argument("--init-from", default=None, metavar="RUN_OR_HF_DIR",
-                   help="start a new run from the weights of a run folder or a Hugging Face "
-                        "folder (its architecture, a fresh optimizer, step 0); shorthand for "
-                        "--set init.source=...")  # fmt: skip
-    p.add_argument("--auto-resume", action="store_true",
-                   help="with --name: continue OUT/NAME from its newest checkpoint if it has one "
-                        "(same config required), else start it; for job scripts re-run after "
-                        "preemption")  # fmt: skip
-    p.add_argument("--dry-run", action="store_true",
-                   help="compile the train step and print the plan (parameters, optimizer state, "
-                        "memory per device, tokens per step, FLOPs per token); train nothing, "
-                        "write nothing. Exit 0 when it fits, 2 when it does not")  # fmt: skip
-    p.add_argument("--mesh", default=None, metavar="data=N,fsdp=N,tensor=N",
-                   help="shorthand for --set mesh.*, e.g. --mesh data=2,fsdp=4")  # fmt: skip
-    p.add_argument("--wandb", default=None, choices=("disabled", "offline", "online"),
-                   help="shorthand for --set log.wandb=...; default disabled; "
-                        "needs pip install 'gpt-models[wandb]'")  # fmt: skip
-    p.add_argument("--profile", default=None, type=_profile_range, metavar="START:STOP",
-                   help="record a JAX profiler trace of steps START+1..STOP (e.g. 2:5, after the "
-                        "first step has compiled) into RUN/profile, for TensorBoard's Profile tab "
-                        "or ui.perfetto.dev")  # fmt: skip
-    p.add_argument("--coordinator", default=None, metavar="HOST:PORT",
-                   help="multi-host: address of process 0 (or JAX_COORDINATOR_ADDRESS)")  # fmt: skip
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="RUN",
+        help="continue a run from its newest checkpoint (its config.toml, plus --set)",
+    )
+    p.add_argument(
+        "--init-from",
+        default=None,
+        metavar="RUN_OR_HF_DIR",
+        help="start a new run from the weights of a run folder or a Hugging Face "
+        "folder (its architecture, a fresh optimizer, step 0); shorthand for "
+        "--set init.source=...",
+    )
+    p.add_argument(
+        "--auto-resume",
+        action="store_true",
+        help="with --name: continue OUT/NAME from its newest checkpoint if it has one "
+        "(same config required), else start it; for job scripts re-run after "
+        "preemption",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="compile the train step and print the plan (parameters, optimizer state, "
+        "memory per device, tokens per step, FLOPs per token); train nothing, "
+        "write nothing. Exit 0 when it fits, 2 when it does not",
+    )
+    p.add_argument(
+        "--mesh",
+        default=None,
+        metavar="data=N,fsdp=N,tensor=N",
+        help="shorthand for --set mesh.*, e.g. --mesh data=2,fsdp=4",
+    )
+    p.add_argument(
+        "--wandb",
+        default=None,
+        choices=("disabled", "offline", "online"),
+        help="shorthand for --set log.wandb=...; default disabled; "
+        "needs pip install 'gpt-models[wandb]'",
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        type=_profile_range,
+        metavar="START:STOP",
+        help="record a JAX profiler trace of steps START+1..STOP (e.g. 2:5, after the "
+        "first step has compiled) into RUN/profile, for TensorBoard's Profile tab "
+        "or ui.perfetto.dev",
+    )
+    p.add_argument(
+        "--coordinator",
+        default=None,
+        metavar="HOST:PORT",
+        help="multi-host: address of process 0 (or JAX_COORDINATOR_ADDRESS)",
+    )
     p.add_argument("--num-processes", type=int, default=None, help="multi-host: process count")
     p.add_argument("--process-id", type=int, default=None, help="multi-host: this process's index")
-    p.add_argument("--init-timeout", type=_positive_seconds, default=300.0, metavar="SECONDS",
-                   help="multi-host: give up (exit status 3) if not every process has joined "
-                        "the coordinator after this long; default 300")  # fmt: skip
-    p.add_argument("--heartbeat-timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
-                   help="multi-host: stop every process when one has not been heard from for "
-                        "this long (a hung or lost peer); default 60")  # fmt: skip
+    p.add_argument(
+        "--init-timeout",
+        type=_positive_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="multi-host: give up (exit status 3) if not every process has joined "
+        "the coordinator after this long; default 300",
+    )
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=_positive_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="multi-host: stop every process when one has not been heard from for "
+        "this long (a hung or lost peer); default 60",
+    )
 
 
 def _profile_range(text: str) -> tuple[int, int]:
@@ -177,70 +229,143 @@ def _positive_seconds(text: str) -> float:
 
 
 def _run_args(p: argparse.ArgumentParser, keys: str, example: str) -> None:
-    p.add_argument("--run", default=None, metavar="RUN",
-                   help="the run folder made by `gpt train`, e.g. runs/tiny-20250101-120000")  # fmt: skip
+    p.add_argument(
+        "--run",
+        default=None,
+        metavar="RUN",
+        help="the run folder made by `gpt train`, e.g. runs/tiny-20250101-120000",
+    )
     # The positional form (`gpt sample runs/x`) predates --run; kept working, left out of --help.
     p.add_argument("run_dir", nargs="?", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help=f"override {keys} of the run's config, e.g. --set {example} (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override {keys} of the run's config, e.g. --set {example} (repeatable)",
+    )
 
 
 def _sample_parser(p: argparse.ArgumentParser) -> None:
     _run_args(p, "sample.* keys", "sample.max_new_tokens=32")
-    p.add_argument("--prompt", default=None,
-                   help="text to continue (default: sample.prompt of the run's config); for a run "
-                        "trained on chat data, the user's message: it is written as one user turn "
-                        "with the run's chat template, generation stops at the end of the "
-                        "assistant's turn, and only the reply is printed")  # fmt: skip
-    p.add_argument("--raw", action="store_true",
-                   help="the model's raw continuation up to --max-new-tokens: no chat template, "
-                        "and no stop at the end of a turn or at the tokenizer's end-of-text token "
-                        "(where other runs stop, as transformers' generate does on an export)")  # fmt: skip
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="tokens to generate (default: sample.max_new_tokens); capped, with a note, so that "
-                        "the prompt and the new tokens fit in model.seq_len")  # fmt: skip
-    p.add_argument("--temperature", type=float, default=None,
-                   help="softmax temperature, >= 0; 0 = greedy (default: sample.temperature)")  # fmt: skip
-    p.add_argument("--top-k", type=int, default=None, metavar="K",
-                   help="sample among the K most likely tokens only; 0 = all (default: sample.top_k)")  # fmt: skip
-    p.add_argument("--top-p", type=float, default=None, metavar="P",
-                   help="sample among the most likely tokens holding probability P, in (0, 1]; "
-                        "1 = all (default: sample.top_p)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=0,
-                   help="random seed of the sampling; the same seed gives the same text (default 0)")  # fmt: skip
+    p.add_argument(
+        "--prompt",
+        default=None,
+        help="text to continue (default: sample.prompt of the run's config); for a run "
+        "trained on chat data, the user's message: it is written as one user turn "
+        "with the run's chat template, generation stops at the end of the "
+        "assistant's turn, and only the reply is printed",
+    )
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="the model's raw continuation up to --max-new-tokens: no chat template, "
+        "and no stop at the end of a turn or at the tokenizer's end-of-text token "
+        "(where other runs stop, as transformers' generate does on an export)",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="tokens to generate (default: sample.max_new_tokens); capped, with a note, so that "
+        "the prompt and the new tokens fit in model.seq_len",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="softmax temperature, >= 0; 0 = greedy (default: sample.temperature)",
+    )
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="sample among the K most likely tokens only; 0 = all (default: sample.top_k)",
+    )
+    p.add_argument(
+        "--top-p",
+        type=float,
+        default=None,
+        metavar="P",
+        help="sample among the most likely tokens holding probability P, in (0, 1]; "
+        "1 = all (default: sample.top_p)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="random seed of the sampling; the same seed gives the same text (default 0)",
+    )
     _dry_run_arg(p, "the sampling program")
 
 
 def _dry_run_arg(p: argparse.ArgumentParser, program: str) -> None:
-    p.add_argument("--dry-run", action="store_true",
-                   help=f"compile {program} and print its memory against the device's; read no "
-                        "checkpoint, write nothing. Exit 0 when it fits, 2 when it does not")  # fmt: skip
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help=f"compile {program} and print its memory against the device's; read no "
+        "checkpoint, write nothing. Exit 0 when it fits, 2 when it does not",
+    )
 
 
 def _eval_parser(p: argparse.ArgumentParser) -> None:
     _run_args(p, "data.* keys or train.eval_batches", "train.eval_batches=4")
     # action="extend": `--task a.jsonl --task b.jsonl` scores both (a repeated flag replaced
     # the earlier one's files).
-    p.add_argument("--text", nargs="+", action="extend", default=None, metavar="FILE_OR_DIR",
-                   help="score whole text files (folders: their UTF-8 files): nats/token and "
-                        "bits per byte, sliding window; repeatable")  # fmt: skip
-    p.add_argument("--stride", type=int, default=None,
-                   help="--text and --lm-eval's rolling log-likelihoods: tokens between window "
-                        "starts, 1..model.seq_len (default seq_len // 2; seq_len = "
-                        "non-overlapping windows)")  # fmt: skip
-    p.add_argument("--task", nargs="+", action="extend", default=None, metavar="FILE.jsonl",
-                   help="multiple-choice / cloze accuracy on JSONL task files (repeatable); saved "
-                        "as RUN/evals/<task>-<key>-<step>.json (<key>: from the file's path)")  # fmt: skip
-    p.add_argument("--format", default=None, choices=("hellaswag", "mc", "cloze"),
-                   help="--task file format (default: told by the first example's fields)")  # fmt: skip
-    p.add_argument("--lm-eval", default=None, metavar="TASK[,TASK]",
-                   help="EleutherAI lm-evaluation-harness tasks, groups or tags (needs pip install "
-                        "'gpt-models[lm-eval]'); saved as RUN/evals/lm-eval/<task>-<step>.json")  # fmt: skip
-    p.add_argument("--include-path", default=None, metavar="DIR",
-                   help="--lm-eval: a folder of task YAML files to add to the harness's tasks")  # fmt: skip
-    p.add_argument("--batch-size", type=int, default=8,
-                   help="windows (--text) or context+choice rows (--task, --lm-eval) per model "
-                        "call; default 8")  # fmt: skip
+    p.add_argument(
+        "--text",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="FILE_OR_DIR",
+        help="score whole text files (folders: their UTF-8 files): nats/token and "
+        "bits per byte, sliding window; repeatable",
+    )
+    p.add_argument(
+        "--stride",
+        type=int,
+        default=None,
+        help="--text and --lm-eval's rolling log-likelihoods: tokens between window "
+        "starts, 1..model.seq_len (default seq_len // 2; seq_len = "
+        "non-overlapping windows)",
+    )
+    p.add_argument(
+        "--task",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="FILE.jsonl",
+        help="multiple-choice / cloze accuracy on JSONL task files (repeatable); saved "
+        "as RUN/evals/<task>-<key>-<step>.json (<key>: from the file's path)",
+    )
+    p.add_argument(
+        "--format",
+        default=None,
+        choices=("hellaswag", "mc", "cloze"),
+        help="--task file format (default: told by the first example's fields)",
+    )
+    p.add_argument(
+        "--lm-eval",
+        default=None,
+        metavar="TASK[,TASK]",
+        help="EleutherAI lm-evaluation-harness tasks, groups or tags (needs pip install "
+        "'gpt-models[lm-eval]'); saved as RUN/evals/lm-eval/<task>-<step>.json",
+    )
+    p.add_argument(
+        "--include-path",
+        default=None,
+        metavar="DIR",
+        help="--lm-eval: a folder of task YAML files to add to the harness's tasks",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=8,
+        help="windows (--text) or context+choice rows (--task, --lm-eval) per model "
+        "call; default 8",
+    )
     _dry_run_arg(p, "the eval step (or the --text/--task/--lm-eval scorer)")
 
 
@@ -254,8 +379,12 @@ def _config_parser(p: argparse.ArgumentParser) -> None:
         "pass it back with --config FILE.toml.",
     )
     _config_args(show)
-    show.add_argument("--run", default=None, metavar="RUN",
-                      help="show the config of a run folder (its config.toml, plus --set)")  # fmt: skip
+    show.add_argument(
+        "--run",
+        default=None,
+        metavar="RUN",
+        help="show the config of a run folder (its config.toml, plus --set)",
+    )
 
 
 def _show_warning(

@@ -8,32 +8,59 @@ import sys
 
 def prepare_parser(p: argparse.ArgumentParser) -> None:
     """The flags of ``gpt prepare``."""
-    p.add_argument("sources", nargs="+", metavar="SRC",
-                   help="text files (.txt/.md: one document each), .jsonl (one per line: "
-                        "text, or chat {\"messages\": [...]} or {\"prompt\", \"completion\"} "
-                        "examples, which get a loss mask), "
-                        ".parquet (one per row), each optionally .gz/.zst, or folders of them "
-                        "(their other files are skipped, and listed)")  # fmt: skip
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="the store folder (shards + manifest.json): a new or empty folder, or "
-                        "this command's own unfinished output; train on it with "
-                        "gpt train --set data.path=DIR")  # fmt: skip
-    p.add_argument("--tokenizer", default="byte", metavar="byte|bpe|FILE.json|HF_DIR",
-                   help="byte (default), bpe (trained here on the first ~64 MB of documents), "
-                        "a tokenizers tokenizer.json or a Hugging Face folder holding one (chat "
-                        "examples are rendered with the chat_template of a "
-                        "tokenizer_config.json beside it)")  # fmt: skip
-    p.add_argument("--bpe-vocab-size", type=int, default=None,
-                   help="ids of the BPE tokenizer --tokenizer bpe trains, 257..65536; default 2048")  # fmt: skip
-    p.add_argument("--val-fraction", type=float, default=0.01,
-                   help="share of documents (by a hash of file name and position) held out "
-                        "for validation; default 0.01. At least one document must land there "
-                        "(a smaller corpus is refused, naming a fraction that works); 0 writes "
-                        "a train-only store")  # fmt: skip
-    p.add_argument("--text-field", default="text",
-                   help="the JSON field (.jsonl) or column (.parquet) holding the text; default text")  # fmt: skip
-    p.add_argument("--shard-tokens", type=int, default=1 << 26,
-                   help=f"token ids per shard file; default {1 << 26}")  # fmt: skip
+    p.add_argument(
+        "sources",
+        nargs="+",
+        metavar="SRC",
+        help="text files (.txt/.md: one document each), .jsonl (one per line: "
+        'text, or chat {"messages": [...]} or {"prompt", "completion"} '
+        "examples, which get a loss mask), "
+        ".parquet (one per row), each optionally .gz/.zst, or folders of them "
+        "(their other files are skipped, and listed)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="the store folder (shards + manifest.json): a new or empty folder, or "
+        "this command's own unfinished output; train on it with "
+        "gpt train --set data.path=DIR",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default="byte",
+        metavar="byte|bpe|FILE.json|HF_DIR",
+        help="byte (default), bpe (trained here on the first ~64 MB of documents), "
+        "a tokenizers tokenizer.json or a Hugging Face folder holding one (chat "
+        "examples are rendered with the chat_template of a "
+        "tokenizer_config.json beside it)",
+    )
+    p.add_argument(
+        "--bpe-vocab-size",
+        type=int,
+        default=None,
+        help="ids of the BPE tokenizer --tokenizer bpe trains, 257..65536; default 2048",
+    )
+    p.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.01,
+        help="share of documents (by a hash of file name and position) held out "
+        "for validation; default 0.01. At least one document must land there "
+        "(a smaller corpus is refused, naming a fraction that works); 0 writes "
+        "a train-only store",
+    )
+    p.add_argument(
+        "--text-field",
+        default="text",
+        help="the JSON field (.jsonl) or column (.parquet) holding the text; default text",
+    )
+    p.add_argument(
+        "--shard-tokens",
+        type=int,
+        default=1 << 26,
+        help=f"token ids per shard file; default {1 << 26}",
+    )
 
 
 def prepare_command(args: argparse.Namespace) -> int:
@@ -72,7 +99,8 @@ def prepare_command(args: argparse.Namespace) -> int:
     tokens, docs = m["tokens"], m["documents"]
     if result.up_to_date:
         print(
-            f"{args.out} is up to date: same inputs and settings, every shard verifies; nothing to do."
+            f"{args.out} is up to date: same inputs and settings, every shard verifies; nothing to "
+            f"do."
         )
     what = f"{docs['train']:,} train / {docs['val']:,} val documents"
     if m.get("loss_mask"):  # chat or completion examples: what the loss will count

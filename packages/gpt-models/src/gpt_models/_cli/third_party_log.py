@@ -43,8 +43,9 @@ def output_to_log(folder: Path, name: str, what: str) -> Iterator[TextIO]:
     terminal_fd = os.dup(2)
     terminal = open(terminal_fd, "w", buffering=1, encoding="utf-8", closefd=True)  # noqa: SIM115
     with tempfile.TemporaryFile() as held:
-        held_text = io.TextIOWrapper(os.fdopen(os.dup(held.fileno()), "wb"), "utf-8",
-                                     errors="replace", line_buffering=True)  # fmt: skip
+        held_text = io.TextIOWrapper(
+            os.fdopen(os.dup(held.fileno()), "wb"), "utf-8", errors="replace", line_buffering=True
+        )
         old_stderr, handlers = sys.stderr, _stderr_handlers(sys.stderr)
         os.dup2(held.fileno(), 2)
         sys.stderr = held_text
@@ -105,5 +106,7 @@ def _keep(text: str, folder: Path, name: str, what: str, *, note: bool) -> None:
         return
     lines = text.count("\n") + (not text.endswith("\n"))
     if note:
-        print(f"note: {what}'s own output ({lines} lines: its warnings and progress) is in "
-              f"{kept}", file=sys.stderr)  # fmt: skip
+        print(
+            f"note: {what}'s own output ({lines} lines: its warnings and progress) is in {kept}",
+            file=sys.stderr,
+        )

@@ -90,7 +90,8 @@ def _names(targets: str) -> list[str]:
 
 
 def lora_problems(cfg: Config) -> list[str]:
-    """What is wrong with the ``[lora]`` section of ``cfg``, alone or with its model and optimizer."""
+    """What is wrong with the ``[lora]`` section of ``cfg``, alone or with its model and
+    optimizer."""
     lora, m = cfg.lora, cfg.model
     problems = []
     if lora.enabled and cfg.train.optimizer == "muon":

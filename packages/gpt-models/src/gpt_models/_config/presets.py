@@ -11,14 +11,22 @@ from .schema import Config, ModelConfig, TrainConfig
 
 
 def _tiny() -> Config:
-    # Tuned so that the default `gpt train` ends in a few minutes on a 2-core CPU (docs/gpt_models.md
-    # has the measurements): ReLU², RMSNorm, RoPE and QK-norm tolerate a high learning rate, which
+    # Tuned so that the default `gpt train` ends in a few minutes on a 2-core CPU (the docs have
+    # the measurements): ReLU², RMSNorm, RoPE and QK-norm tolerate a high learning rate, which
     # matters more than size when the budget is ~1M tokens. No scan over 4 layers: on CPU the
     # unrolled loop is ~25% faster (XLA fuses across layers), and compile time is still seconds.
     model = ModelConfig(
-        seq_len=128, d_model=128, n_layers=4, n_heads=4, mlp="relu2", norm="rmsnorm", pos="rope",
-        qk_norm=True, tie_embeddings=True, scan_layers=False,
-    )  # fmt: skip
+        seq_len=128,
+        d_model=128,
+        n_layers=4,
+        n_heads=4,
+        mlp="relu2",
+        norm="rmsnorm",
+        pos="rope",
+        qk_norm=True,
+        tie_embeddings=True,
+        scan_layers=False,
+    )
     train = TrainConfig(
         steps=300, batch_size=32, lr=3e-3, warmup_steps=30, eval_every=100, checkpoint_every=100
     )
@@ -30,14 +38,30 @@ def _gpt2(d_model: int, n_layers: int, n_heads: int) -> Config:
     # positions, tanh-GELU, tied embeddings, 50257 ids padded to a multiple of 64 (50304) for fast
     # matmuls (the padded ids are masked).
     model = ModelConfig(
-        vocab_size=50304, vocab_real=50257, seq_len=1024, d_model=d_model, n_layers=n_layers,
-        n_heads=n_heads, mlp="gelu", norm="layernorm", pos="learned", tie_embeddings=True,
-        remat="none", bias=True, norm_eps=1e-5,
-    )  # fmt: skip
+        vocab_size=50304,
+        vocab_real=50257,
+        seq_len=1024,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        mlp="gelu",
+        norm="layernorm",
+        pos="learned",
+        tie_embeddings=True,
+        remat="none",
+        bias=True,
+        norm_eps=1e-5,
+    )
     train = TrainConfig(
-        steps=5000, batch_size=512, lr=6e-4, warmup_steps=700, grad_accum=8, eval_every=250,
-        checkpoint_every=1000, beta2=0.95,
-    )  # fmt: skip
+        steps=5000,
+        batch_size=512,
+        lr=6e-4,
+        warmup_steps=700,
+        grad_accum=8,
+        eval_every=250,
+        checkpoint_every=1000,
+        beta2=0.95,
+    )
     return Config(model=model, train=train)
 
 
@@ -46,10 +70,20 @@ def _llama(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, d_ff: int
     # biases, an untied output head. Sized like the small Llama-style models; the byte tokenizer
     # by default (a Llama tokenizer.json via data.tokenizer sets the vocabulary).
     model = ModelConfig(
-        seq_len=256, d_model=d_model, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
-        d_ff=d_ff, mlp="swiglu", norm="rmsnorm", pos="rope", tie_embeddings=False, bias=False,
-        norm_eps=1e-5, rope_theta=10000.0,
-    )  # fmt: skip
+        seq_len=256,
+        d_model=d_model,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        d_ff=d_ff,
+        mlp="swiglu",
+        norm="rmsnorm",
+        pos="rope",
+        tie_embeddings=False,
+        bias=False,
+        norm_eps=1e-5,
+        rope_theta=10000.0,
+    )
     train = TrainConfig(
         steps=300, batch_size=32, lr=3e-3, warmup_steps=30, eval_every=100, checkpoint_every=100
     )
@@ -84,8 +118,14 @@ def _published(**shape: object) -> Config:
     # starts from its folder (gpt train --init-from), which brings the weights and this shape
     # anyway. seq_len is a 4096-token training context, not the model's longest; params are kept
     # in float32 for the optimizer, activations recomputed per block (remat full).
-    common = {"norm": "rmsnorm", "pos": "rope", "mlp": "swiglu", "bias": False, "seq_len": 4096,
-              "remat": "full"}  # fmt: skip
+    common = {
+        "norm": "rmsnorm",
+        "pos": "rope",
+        "mlp": "swiglu",
+        "bias": False,
+        "seq_len": 4096,
+        "remat": "full",
+    }
     model = ModelConfig(**{**common, **shape})  # type: ignore[arg-type]
     train = dataclasses.replace(_finetune().train, lr=2e-5, batch_size=16)
     return Config(model=model, train=train)

@@ -1,6 +1,7 @@
 """Config dataclasses, their checks and the presets.
 
-A config is plain data (frozen dataclasses of ints, floats, bools and strings) so that it is hashable
+A config is plain data (frozen dataclasses of ints, floats, bools and strings) so that it is
+hashable
 (a static argument of ``jax.jit``), round-trips through TOML, and every key can be set from the CLI.
 A ``Config`` checks itself when it is built (``validate``), so every way of making one (a preset,
 a TOML file, ``--set``, ``dataclasses.replace``) goes through the same checks, once. TOML and
@@ -406,7 +407,7 @@ class Config:
         validate(self)
 
 
-# ----------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Checks
 
 
@@ -447,7 +448,8 @@ def validate(cfg: Config) -> Config:
         problems.append(f"model.norm_eps = {m.norm_eps} must be a finite number >= 0")
     if t.batch_size % max(t.grad_accum, 1):
         problems.append(
-            f"train.batch_size = {t.batch_size} must be divisible by train.grad_accum = {t.grad_accum}"
+            f"train.batch_size = {t.batch_size} must be divisible by train.grad_accum = "
+            f"{t.grad_accum}"
         )
     if not 0.0 < cfg.data.val_fraction < 1.0:
         problems.append(f"data.val_fraction = {cfg.data.val_fraction} must be between 0 and 1")
@@ -541,9 +543,11 @@ def _range_problems(cfg: Config) -> list[str]:
         if not 0.0 <= value <= top:
             problems.append(f"{key} = {value} must be in [0, {top:g}]")
     at_least_zero = {
-        "train.weight_decay": t.weight_decay, "train.grad_clip": t.grad_clip,
-        "log.peak_flops": cfg.log.peak_flops, "train.checkpoint_every": t.checkpoint_every,
-    }  # fmt: skip
+        "train.weight_decay": t.weight_decay,
+        "train.grad_clip": t.grad_clip,
+        "log.peak_flops": cfg.log.peak_flops,
+        "train.checkpoint_every": t.checkpoint_every,
+    }
     for key, value in at_least_zero.items():
         if not (math.isfinite(value) and value >= 0):
             problems.append(f"{key} = {value} must be a finite number >= 0")
@@ -593,12 +597,19 @@ def sampling_problems(
 def _positives(cfg: Config) -> dict[str, float]:
     m, t = cfg.model, cfg.train
     names: dict[str, float] = {
-        "model.vocab_size": m.vocab_size, "model.seq_len": m.seq_len, "model.d_model": m.d_model,
-        "model.n_layers": m.n_layers, "model.n_heads": m.n_heads, "train.steps": t.steps,
-        "train.batch_size": t.batch_size, "train.grad_accum": t.grad_accum,
-        "train.eval_batches": t.eval_batches, "train.keep_checkpoints": t.keep_checkpoints,
-        "train.eval_every": t.eval_every, "log.every": cfg.log.every,
-    }  # fmt: skip
+        "model.vocab_size": m.vocab_size,
+        "model.seq_len": m.seq_len,
+        "model.d_model": m.d_model,
+        "model.n_layers": m.n_layers,
+        "model.n_heads": m.n_heads,
+        "train.steps": t.steps,
+        "train.batch_size": t.batch_size,
+        "train.grad_accum": t.grad_accum,
+        "train.eval_batches": t.eval_batches,
+        "train.keep_checkpoints": t.keep_checkpoints,
+        "train.eval_every": t.eval_every,
+        "log.every": cfg.log.every,
+    }
     return names
 
 
@@ -612,11 +623,13 @@ def fit_warmup(cfg: Config) -> tuple[Config, str | None]:
         >>> import dataclasses
         >>> from gpt_models import PRESETS
         >>> tiny = PRESETS["tiny"]
-        >>> cfg, note = fit_warmup(dataclasses.replace(tiny, train=dataclasses.replace(tiny.train, steps=20)))
+        >>> train = dataclasses.replace(tiny.train, steps=20)
+        >>> cfg, note = fit_warmup(dataclasses.replace(tiny, train=train))
         >>> cfg.train.warmup_steps
         2
-        >>> print(note)
-        train.warmup_steps = 30 does not fit in train.steps = 20; this run warms up for 2 steps (10% of the run). Choose another with --set train.warmup_steps=N, N from 0 to 19.
+        >>> print(note)  # doctest: +NORMALIZE_WHITESPACE
+        train.warmup_steps = 30 does not fit in train.steps = 20; this run warms up for 2 steps
+        (10% of the run). Choose another with --set train.warmup_steps=N, N from 0 to 19.
     """
     t = cfg.train
     if t.warmup_steps < t.steps:

@@ -10,7 +10,8 @@ A mixture is written in a config TOML as an array of tables, or inline through `
     path = "stores/code"
     weight = 0.2
 
-    gpt train --set 'data.sources=[{path="stores/web", weight=0.8}, {path="stores/code", weight=0.2}]'
+    gpt train --set 'data.sources=[{path="stores/web", weight=0.8}, {path="stores/code",
+    weight=0.2}]'
 
 Each source is a frozen :class:`DataSource`, so a config holding them stays hashable. Its ``name``
 labels its metrics (``loss/<name>``, ``tokens/<name>``, ``val_loss/<name>``); left out, it is the
@@ -77,7 +78,8 @@ def source_problems(sources: Sequence[DataSource], path: str) -> list[str]:
     problems = []
     if path:
         problems.append(
-            f"data.path = {path!r} and data.sources are both set; a run reads one or the other. Fix: drop data.path (--set data.path=) to train on the "
+            f"data.path = {path!r} and data.sources are both set; a run reads one or the other. "
+            f"Fix: drop data.path (--set data.path=) to train on the "
             "mixture, or drop data.sources (--set data.sources=[]) to train on data.path alone."
         )
     for i, src in enumerate(sources):
@@ -97,7 +99,8 @@ def source_problems(sources: Sequence[DataSource], path: str) -> list[str]:
             )
         if src.kind not in SOURCE_KINDS:
             problems.append(
-                f"{where} has kind = {src.kind!r}, expected one of {list_alternatives(SOURCE_KINDS)}."
+                f"{where} has kind = {src.kind!r}, expected one of "
+                f"{list_alternatives(SOURCE_KINDS)}."
             )
     seen: dict[str, int] = {}
     for i, src in enumerate(sources):
@@ -120,15 +123,21 @@ def parse_sources(value: Any, *, from_text: bool) -> tuple[DataSource, ...]:
             a missing ``path`` or ``weight``, a value of the wrong type, or an empty ``name``.
 
     Example:
-        >>> parse_sources('[{path = "web", weight = 0.8}, {path = "code", weight = 1}]', from_text=True)
-        (DataSource(path='web', weight=0.8, name='', kind=''), DataSource(path='code', weight=1.0, name='', kind=''))
+        >>> web, code = parse_sources(
+        ...     '[{path = "web", weight = 0.8}, {path = "code", weight = 1}]', from_text=True
+        ... )
+        >>> web
+        DataSource(path='web', weight=0.8, name='', kind='')
+        >>> code.weight
+        1.0
     """
     if from_text and isinstance(value, str):
         try:
             value = tomllib.loads(f"sources = {value}")["sources"]
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(
-                f"Config key data.sources got {value!r}, which is not an inline TOML array ({err}). "
+                f"Config key data.sources got {value!r}, which is not an inline TOML array "
+                f"({err}). "
                 f"Expected e.g. --set '{_EXAMPLE}'."
             ) from err
     if not isinstance(value, list | tuple):
@@ -194,6 +203,8 @@ def _one_source(i: int, entry: Any) -> DataSource:
             f"name key out to name the source after its path ({named!r})."
         )
     return DataSource(
-        path=entry["path"], weight=float(weight), name=entry.get("name", ""),
+        path=entry["path"],
+        weight=float(weight),
+        name=entry.get("name", ""),
         kind=entry.get("kind", ""),
-    )  # fmt: skip
+    )

@@ -149,7 +149,8 @@ def _unknown_key(key: str, cfg: Config) -> ConfigError:
     what = f"keys in [{section}]" if same_section else "sections"
     return ConfigError(
         f"Unknown config key {key!r}.{did_you_mean(key, keys, n=1)} Valid {what}: "
-        f"{list_alternatives(listed, limit=40)}. Keys are written section.key, e.g. model.d_model=256."
+        f"{list_alternatives(listed, limit=40)}. Keys are written section.key, e.g. "
+        f"model.d_model=256."
     )
 
 
@@ -212,7 +213,7 @@ def parse_set(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
-# ----------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Presets and TOML
 
 
@@ -350,7 +351,8 @@ def dumps(cfg: Config) -> str:
 
 
 def key_meanings() -> dict[str, str]:
-    """``{"section.key": one-line meaning}`` for every key, from the sections' ``Attributes:`` lists.
+    """``{"section.key": one-line meaning}`` for every key, from the sections' ``Attributes:``
+    lists.
 
     Example:
         >>> key_meanings()["train.steps"]

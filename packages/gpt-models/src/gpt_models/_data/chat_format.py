@@ -196,8 +196,10 @@ def chat_format_of(enc: Encoder, template: ChatTemplate | None) -> ChatFormat:
             marked = template.text(probe)
             break
         except Exception as err:  # Jinja's errors, and whatever the template's code raises
-            why = (f"it refuses a chat of a user and an assistant turn, with or without a "
-                   f"system message first ({type(err).__name__}: {err})")  # fmt: skip
+            why = (
+                f"it refuses a chat of a user and an assistant turn, with or without a "
+                f"system message first ({type(err).__name__}: {err})"
+            )
     else:
         return ChatFormat(source, variables, file, "", "", (), _no_end(why))
     tail = marked.partition(CONTENT_MARK)[2]
@@ -283,9 +285,11 @@ def add_chat_format(
     from tokenizers import Tokenizer
 
     file = manifest["tokenizer"]["file"]
-    enc = Encoder("byte") if file is None else Encoder(
-        "bpe", Tokenizer.from_str((store / file).read_text(encoding="utf-8"))
-    )  # fmt: skip
+    enc = (
+        Encoder("byte")
+        if file is None
+        else Encoder("bpe", Tokenizer.from_str((store / file).read_text(encoding="utf-8")))
+    )
     manifest = {**manifest, FIELD: chat_format_of(enc, template).to_json()}
     write_json_atomic(store / MANIFEST, manifest)
     return manifest

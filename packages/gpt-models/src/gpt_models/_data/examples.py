@@ -1,4 +1,5 @@
-"""The kind of a ``.jsonl`` line for ``gpt prepare``: chat, completion or plain text, from its fields.
+"""The kind of a ``.jsonl`` line for ``gpt prepare``: chat, completion or plain text, from its
+fields.
 
 A line holding ``"messages"`` is a chat: a list of ``{"role", "content"}`` objects, roles
 ``system``, ``user`` and ``assistant``, at least one assistant turn, every content a string; an
@@ -31,7 +32,8 @@ def kind_of(record: Any) -> str:
     """``"chat"``, ``"completion"`` or ``"text"``: what a parsed JSONL line holds, by its fields.
 
     Example:
-        >>> kind_of({"messages": []}), kind_of({"prompt": "a", "completion": "b"}), kind_of({"text": ""})
+        >>> chat, completion = {"messages": []}, {"prompt": "a", "completion": "b"}
+        >>> kind_of(chat), kind_of(completion), kind_of({"text": ""})
         ('chat', 'completion', 'text')
     """
     if isinstance(record, dict) and "messages" in record:
@@ -51,35 +53,74 @@ def check_example(record: dict[str, Any], kind: str, where: str) -> Any:
     if kind == "completion":
         for field in ("prompt", "completion"):
             if not isinstance(record[field], str):
-                raise DataError(_bad(where, kind, f'"{field}" is {_type(record[field])}',
-                                     f'make "{field}" a string'))  # fmt: skip
+                raise DataError(
+                    _bad(
+                        where,
+                        kind,
+                        f'"{field}" is {_type(record[field])}',
+                        f'make "{field}" a string',
+                    )
+                )
         return (record["prompt"], record["completion"])
     messages = record["messages"]
     if not isinstance(messages, list) or not messages:
-        raise DataError(_bad(where, kind, f'"messages" is {_type(messages)}',
-                             "give a non-empty list of {role, content} objects"))  # fmt: skip
+        raise DataError(
+            _bad(
+                where,
+                kind,
+                f'"messages" is {_type(messages)}',
+                "give a non-empty list of {role, content} objects",
+            )
+        )
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict) or "role" not in msg or "content" not in msg:
-            raise DataError(_bad(where, kind, f"messages[{i}] is {_shown(msg)}",
-                                 'give each message "role" and "content"'))  # fmt: skip
+            raise DataError(
+                _bad(
+                    where,
+                    kind,
+                    f"messages[{i}] is {_shown(msg)}",
+                    'give each message "role" and "content"',
+                )
+            )
         if msg["role"] not in ROLES:
-            raise DataError(_bad(
-                where, kind, f"messages[{i}] has the unknown role {msg['role']!r}",
-                f"use one of {', '.join(ROLES)} (rename e.g. human -> user, gpt -> assistant)",
-            ))  # fmt: skip
+            raise DataError(
+                _bad(
+                    where,
+                    kind,
+                    f"messages[{i}] has the unknown role {msg['role']!r}",
+                    f"use one of {', '.join(ROLES)} (rename e.g. human -> user, gpt -> assistant)",
+                )
+            )
         if not isinstance(msg["content"], str):
-            raise DataError(_bad(where, kind, f"messages[{i}].content is {_type(msg['content'])}",
-                                 "make each content a string (join a list of parts into one)"))  # fmt: skip
+            raise DataError(
+                _bad(
+                    where,
+                    kind,
+                    f"messages[{i}].content is {_type(msg['content'])}",
+                    "make each content a string (join a list of parts into one)",
+                )
+            )
         if "weight" in msg:
             _check_weight(msg, i, where)
     if not any(m["role"] == "assistant" for m in messages):
         roles = ", ".join(m["role"] for m in messages)
-        raise DataError(_bad(where, kind, f"the conversation has no assistant turn (roles: {roles})",
-                             "the loss counts assistant turns only: add one, or leave the line out"))  # fmt: skip
+        raise DataError(
+            _bad(
+                where,
+                kind,
+                f"the conversation has no assistant turn (roles: {roles})",
+                "the loss counts assistant turns only: add one, or leave the line out",
+            )
+        )
     if all(m.get("weight") == 0 for m in messages if m["role"] == "assistant"):
-        raise DataError(_bad(where, kind, 'every assistant turn has "weight": 0, so the loss '
-                             "counts nothing of it", 'set "weight": 1 on a turn to train on, or '
-                             "leave the line out"))  # fmt: skip
+        raise DataError(
+            _bad(
+                where,
+                kind,
+                'every assistant turn has "weight": 0, so the loss counts nothing of it',
+                'set "weight": 1 on a turn to train on, or leave the line out',
+            )
+        )
     return [
         {
             "role": m["role"],
@@ -95,13 +136,24 @@ def _check_weight(msg: dict[str, Any], i: int, where: str) -> None:
     # or 1 (train on it, the default); nothing else.
     weight = msg["weight"]
     if isinstance(weight, bool) or not isinstance(weight, int | float) or weight not in (0, 1):
-        raise DataError(_bad(where, "chat", f"messages[{i}] has \"weight\": {_shown(weight)}",
-                             'give "weight": 0 (do not train on this turn) or 1 (train on it, the '
-                             "default), as OpenAI's fine-tuning format defines it"))  # fmt: skip
+        raise DataError(
+            _bad(
+                where,
+                "chat",
+                f'messages[{i}] has "weight": {_shown(weight)}',
+                'give "weight": 0 (do not train on this turn) or 1 (train on it, the '
+                "default), as OpenAI's fine-tuning format defines it",
+            )
+        )
     if msg["role"] != "assistant":
-        raise DataError(_bad(where, "chat", f"messages[{i}] (a {msg['role']} turn) has a "
-                             '"weight"', "weight applies to assistant turns, the only ones the "
-                             "loss counts: remove it"))  # fmt: skip
+        raise DataError(
+            _bad(
+                where,
+                "chat",
+                f'messages[{i}] (a {msg["role"]} turn) has a "weight"',
+                "weight applies to assistant turns, the only ones the loss counts: remove it",
+            )
+        )
 
 
 def unknown_message_keys(record: dict[str, Any]) -> list[str]:

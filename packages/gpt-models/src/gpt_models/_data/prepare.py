@@ -225,8 +225,12 @@ def _load_state(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
             f"{path} (the progress of an unfinished gpt prepare) is not valid JSON ({err}). "
             "Delete the folder and start over."
         ) from err
-    _same_settings(out, state.get("settings") if isinstance(state, dict) else None, settings,
-                   "an unfinished prepare")  # fmt: skip
+    _same_settings(
+        out,
+        state.get("settings") if isinstance(state, dict) else None,
+        settings,
+        "an unfinished prepare",
+    )
     for writer in state["writers"].values():  # every stream's (token ids, masks, lengths)
         check_shards(out, writer.get("finished", []), full_hash=True)
     return dict(state)
@@ -255,8 +259,9 @@ def _sample(sources: list[SourceFile], text_field: str, expect: Expect) -> Itera
             return
 
 
-def _run(job: _Job, state: dict[str, Any], tokenizer: str,
-         bpe_vocab: int) -> tuple[dict[str, Any], str]:  # fmt: skip
+def _run(
+    job: _Job, state: dict[str, Any], tokenizer: str, bpe_vocab: int
+) -> tuple[dict[str, Any], str]:
     """Write the store; its manifest and, for ``val_fraction`` 0, the fraction that would give
     a validation split. A refusal for the inputs or the result discards what was written."""
     out, sources, created = job.out, job.sources, job.created
@@ -274,8 +279,9 @@ def _run(job: _Job, state: dict[str, Any], tokenizer: str,
         shards = {s: w.close() for s, w in writers.items()}
         dtype = id_dtype(enc.vocab_size)
         chat = chat_format_of(enc, job.template) if job.expect.kind == "chat" else None
-        manifest = store_manifest(state["settings"], sources, state["stats"], shards, enc, dtype,
-                                  chat)  # fmt: skip
+        manifest = store_manifest(
+            state["settings"], sources, state["stats"], shards, enc, dtype, chat
+        )
         fix = _check_split(manifest, state, sources)
     except DataError:
         for w in writers.values():
@@ -287,8 +293,9 @@ def _run(job: _Job, state: dict[str, Any], tokenizer: str,
     return manifest, fix
 
 
-def _open(job: _Job, state: dict[str, Any], tokenizer: str,
-          bpe_vocab: int) -> tuple[Encoder, dict[str, ShardWriter]]:  # fmt: skip
+def _open(
+    job: _Job, state: dict[str, Any], tokenizer: str, bpe_vocab: int
+) -> tuple[Encoder, dict[str, ShardWriter]]:
     """The encoder and the open shard writers (an interrupted run's, verified and cut back)."""
     out, sources, progress = job.out, job.sources, job.progress
     sample = _sample(sources, state["settings"]["text_field"], job.expect)
@@ -297,8 +304,9 @@ def _open(job: _Job, state: dict[str, Any], tokenizer: str,
         state["tokenizer_sha256"] = written
         write_json_atomic(out / STATE, state)  # recorded before any shard is made with it
     dtype, shard_tokens = id_dtype(enc.vocab_size), state["settings"]["shard_tokens"]
-    writers = {s: ShardWriter(out, s, dtype, shard_tokens, state["writers"].get(s, {}))
-               for s in SPLITS}  # fmt: skip
+    writers = {
+        s: ShardWriter(out, s, dtype, shard_tokens, state["writers"].get(s, {})) for s in SPLITS
+    }
     if job.expect.kind != "text":
         writers |= sft_writers(out, state, shard_tokens)
     if progress is not None and state["writers"]:
@@ -312,8 +320,7 @@ def _open(job: _Job, state: dict[str, Any], tokenizer: str,
     return enc, writers
 
 
-def _write(job: _Job, state: dict[str, Any], enc: Encoder,
-           writers: dict[str, ShardWriter]) -> None:  # fmt: skip
+def _write(job: _Job, state: dict[str, Any], enc: Encoder, writers: dict[str, ShardWriter]) -> None:
     out, sources = job.out, job.sources
     settings = state["settings"]
     text_field, val_fraction = settings["text_field"], settings["val_fraction"]
@@ -358,15 +365,20 @@ def _write(job: _Job, state: dict[str, Any], enc: Encoder,
             writers={s: w.state() for s, w in writers.items()},
         )
         write_json_atomic(out / STATE, state)
-        meter.update(len(docs), sum(len(d.text) for d in docs),
-                     sum(len(x) for x, _ in pairs), sources[i].size if done else 0)  # fmt: skip
+        meter.update(
+            len(docs),
+            sum(len(d.text) for d in docs),
+            sum(len(x) for x, _ in pairs),
+            sources[i].size if done else 0,
+        )
     meter.close()
     if ignored and job.progress is not None:
         print(f"note: {ignored_keys_note(ignored)}", file=job.progress)
 
 
-def _encode(enc: Encoder, examples: ExampleEncoder | None, docs: list[Document],
-            source: SourceFile) -> list[tuple[np.ndarray, np.ndarray | None]]:  # fmt: skip
+def _encode(
+    enc: Encoder, examples: ExampleEncoder | None, docs: list[Document], source: SourceFile
+) -> list[tuple[np.ndarray, np.ndarray | None]]:
     """Each document's ids, and its loss mask: plain text ended by the end-of-text id (no
     mask), or a chat or completion example (``sft_encode.py``)."""
     if examples is None:
@@ -392,8 +404,12 @@ def _check_split(manifest: dict[str, Any], state: dict[str, Any], sources: list[
     if docs["val"] and docs["train"]:
         return ""
     only = sources[0] if len(sources) == 1 and sources[0].kind == "text" else None
-    fix = empty_val_fix(state["smallest_keys"], docs["train"] + docs["val"], given,
-                        None if only is None else str(only.path))  # fmt: skip
+    fix = empty_val_fix(
+        state["smallest_keys"],
+        docs["train"] + docs["val"],
+        given,
+        None if only is None else str(only.path),
+    )
     if docs["val"] == 0 and given == 0:
         return fix
     empty, full = ("validation", "train") if docs["val"] == 0 else ("train", "validation")

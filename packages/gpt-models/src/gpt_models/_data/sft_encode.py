@@ -124,8 +124,9 @@ def _utf8_lengths(text: str) -> np.ndarray:
     return lengths.astype(np.int64)
 
 
-def _template_spans(template: ChatTemplate, messages: list[dict[str, str]],
-                    where: str) -> tuple[str, list[tuple[int, int]]]:  # fmt: skip
+def _template_spans(
+    template: ChatTemplate, messages: list[dict[str, str]], where: str
+) -> tuple[str, list[tuple[int, int]]]:
     full = template.render(messages, where)
     spans = []
     for i, m in enumerate(messages):
@@ -140,9 +141,11 @@ def _template_spans(template: ChatTemplate, messages: list[dict[str, str]],
             raise DataError(
                 f"The chat template in {template.file} renders the first {i + 1} messages of "
                 f"{where} as text that does not begin the text of the whole conversation (it "
-                "renders earlier turns differently once later ones follow), so the assistant turn's "
+                "renders earlier turns differently once later ones follow), so the assistant "
+                "turn's "
                 "tokens cannot be told apart for the loss mask. Use a template whose text for the "
-                f"first turns begins the text of the whole conversation, or move {template.file.name} "
+                "first turns begins the text of the whole conversation, or move "
+                f"{template.file.name} "
                 "away to use the plain template (docs/gpt_models.md)."
             )
         head, _, tail = marked[len(before) :].partition(_MARK)
@@ -151,7 +154,8 @@ def _template_spans(template: ChatTemplate, messages: list[dict[str, str]],
             raise DataError(
                 f"The chat template in {template.file} does not render the assistant content of "
                 f"messages[{i}] of {where} as given (it leaves out or rewrites it), so its tokens "
-                f"cannot be found for the loss mask. Fix the template, or move {template.file.name} "
+                "cannot be found for the loss mask. Fix the template, or move "
+                f"{template.file.name} "
                 "away to use the plain template (docs/gpt_models.md)."
             )
         spans.append((len(before) + len(head), len(through)))
@@ -159,7 +163,8 @@ def _template_spans(template: ChatTemplate, messages: list[dict[str, str]],
 
 
 def _render_empty(template: ChatTemplate, where: str) -> str:
-    """The text of no messages (a default system prompt, a BOS), or "" where the template refuses."""
+    """The text of no messages (a default system prompt, a BOS), or "" where the template
+    refuses."""
     try:
         return template.render([], where)
     except DataError:  # e.g. a template that reads messages[0]

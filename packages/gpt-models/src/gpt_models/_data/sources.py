@@ -1,4 +1,5 @@
-"""The documents of ``gpt prepare``'s inputs, read as a stream: one per text file, ``.jsonl`` line or
+"""The documents of ``gpt prepare``'s inputs, read as a stream: one per text file, ``.jsonl`` line
+or
 ``.parquet`` row, from plain, ``.gz`` (stdlib) or ``.zst`` (``zstandard``, an extra) files.
 
 Each input file has a name relative to the root it was found under (a folder given on the command
@@ -198,8 +199,9 @@ def check_extras(files: Sequence[SourceFile]) -> None:
             _extra("pyarrow.parquet", "parquet", f.path)
 
 
-def read_documents(source: SourceFile, *, text_field: str, skip: int = 0,
-                   expect: Expect = PLAIN_TEXT) -> Iterator[Document]:  # fmt: skip
+def read_documents(
+    source: SourceFile, *, text_field: str, skip: int = 0, expect: Expect = PLAIN_TEXT
+) -> Iterator[Document]:
     """The documents of ``source`` from position ``skip`` on, each of the kind ``expect`` says.
 
     Raises:
@@ -210,9 +212,11 @@ def read_documents(source: SourceFile, *, text_field: str, skip: int = 0,
     """
     read = 0  # documents yielded, for a message about a file that ends early
     try:
-        documents = _parquet(source, text_field, skip, expect) if source.kind == "parquet" else (
-            _lines_or_text(source, text_field, skip, expect)
-        )  # fmt: skip
+        documents = (
+            _parquet(source, text_field, skip, expect)
+            if source.kind == "parquet"
+            else (_lines_or_text(source, text_field, skip, expect))
+        )
         for doc in documents:
             read += 1
             yield doc
@@ -245,8 +249,9 @@ def _unreadable(source: SourceFile, err: Exception, documents: int) -> str:
     )
 
 
-def _lines_or_text(source: SourceFile, text_field: str, skip: int,
-                   expect: Expect) -> Iterator[Document]:  # fmt: skip
+def _lines_or_text(
+    source: SourceFile, text_field: str, skip: int, expect: Expect
+) -> Iterator[Document]:
     with _open_binary(source.path) as raw:
         if source.kind == "text":
             if expect.kind != "text":

@@ -18,7 +18,8 @@ from .._errors import ConfigError
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
-# Logical axes of the parameters and activations -> mesh axes. The batch is split over data and fsdp;
+# Logical axes of the parameters and activations -> mesh axes. The batch is split over data and
+# fsdp;
 # fsdp also shards the weights' embed dimension (ZeRO-3 style: gathered per layer inside the step);
 # tensor shards heads, MLP hidden units and the vocabulary (Megatron style).
 RULES = ps.Rules(
@@ -53,7 +54,8 @@ def make_mesh(cfg: MeshConfig, devices: Any = None) -> Mesh:
     bad = sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes)
     if bad or (-1 in sizes and n % known) or (-1 not in sizes and known != n):
         raise ConfigError(
-            f"Impossible mesh: mesh.data={cfg.data}, mesh.fsdp={cfg.fsdp}, mesh.tensor={cfg.tensor} "
+            f"Impossible mesh: mesh.data={cfg.data}, mesh.fsdp={cfg.fsdp}, "
+            f"mesh.tensor={cfg.tensor} "
             f"needs {known if -1 not in sizes else f'a multiple of {known}'} devices, but {n} are "
             f"available ({devices[0].platform}). The sizes must multiply to {n}; -1 on one axis "
             f"means 'the rest'. Shapes that fit: {_suggestions(n)}."
@@ -69,19 +71,22 @@ def _suggestions(n: int) -> str:
     return "; ".join(f"--set mesh.{s.replace(',', ' --set mesh.')}" for s in fits)
 
 
-# Logical axes of a batch of token windows: ``(batch, seq)``, and ``(micro_batches, batch, seq)`` for
+# Logical axes of a batch of token windows: ``(batch, seq)``, and ``(micro_batches, batch, seq)``
+# for
 # the train step's gradient-accumulation layout (the micro-batch axis stays whole on every device).
 BATCH_AXES = ("batch", "seq")
 MICRO_BATCH_AXES = (None, "batch", "seq")
 
 
 def batch_sharding(mesh: Mesh, axes: tuple[str | None, ...] = BATCH_AXES) -> NamedSharding:
-    """Where a batch of token windows lives on ``mesh``: laid out by :data:`RULES` (``paramspec``)."""
+    """Where a batch of token windows lives on ``mesh``: laid out by :data:`RULES`
+    (``paramspec``)."""
     return ps.logical_to_sharding(axes, mesh, RULES)
 
 
 def place_batch(local: Any, mesh: Mesh, axes: tuple[str | None, ...] = BATCH_AXES) -> Any:
-    """This process's rows of a batch as one global array on ``mesh`` (``paramspec.make_global_batch``).
+    """This process's rows of a batch as one global array on ``mesh``
+    (``paramspec.make_global_batch``).
 
     ``local`` is a numpy array of token ids or a dict of them (a packed batch: ``tokens``,
     ``mask``, ``segments``), each leaf laid out by ``axes``.
@@ -96,7 +101,8 @@ def single_device_mesh() -> Mesh:
 
 
 def activation_constraint(mesh: Mesh) -> Any:
-    """``(x, logical_axes) -> x`` placed on ``mesh`` by the model's rules (``paramspec.constrain``)."""
+    """``(x, logical_axes) -> x`` placed on ``mesh`` by the model's rules
+    (``paramspec.constrain``)."""
 
     def constrain(x: jax.Array, logical_axes: tuple) -> jax.Array:
         return ps.constrain(x, logical_axes, mesh, RULES)
@@ -109,7 +115,8 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
-# XLA:CPU only: XNNPACK graph fusion, greedy, runs the matmuls and their neighbouring elementwise ops
+# XLA:CPU only: XNNPACK graph fusion, greedy, runs the matmuls and their neighbouring elementwise
+# ops
 # through XNNPACK; measured +25% tokens/s on the tiny shape (median of interleaved rounds, see
 # benchmarks/gpt/PROFILE.md). A user's XLA_FLAGS naming the option wins.
 _CPU_XNN_OPTION = "xla_cpu_experimental_xnn_graph_fusion_mode"

@@ -255,10 +255,19 @@ def _near(name: str, known: Sequence[str]) -> str:
     return f"near matches: {list_alternatives(close)}" if close else "no near match"
 
 
-def evaluate_lm_eval(params: Any, config: Config, tasks: str | Sequence[str], *,
-                     include_path: str | Path | None = None, tokenizer: Tokenizer | None = None,
-                     batch_size: int = 8, stride: int | None = None, limit: int | None = None,
-                     seed: int = 0, stream: TextIO | None = None) -> list[HarnessScore]:  # fmt: skip
+def evaluate_lm_eval(
+    params: Any,
+    config: Config,
+    tasks: str | Sequence[str],
+    *,
+    include_path: str | Path | None = None,
+    tokenizer: Tokenizer | None = None,
+    batch_size: int = 8,
+    stride: int | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+    stream: TextIO | None = None,
+) -> list[HarnessScore]:
     """lm-evaluation-harness tasks on ``params``, with the ``gpt-models`` model type.
 
     Args:
@@ -297,7 +306,8 @@ def evaluate_lm_eval(params: Any, config: Config, tasks: str | Sequence[str], *,
         ...     "task": "sky", "dataset_path": "json", "test_split": "test",
         ...     "dataset_kwargs": {"data_files": {"test": str(folder / "sky.jsonl")}},
         ...     "output_type": "multiple_choice", "doc_to_text": "{{context}}",
-        ...     "doc_to_choice": "{{choices}}", "doc_to_target": "{{label}}", "target_delimiter": ""}
+        ...     "doc_to_choice": "{{choices}}", "doc_to_target": "{{label}}",
+        ...     "target_delimiter": ""}
         >>> _ = (folder / "sky.yaml").write_text(json.dumps(task))
         >>> params = init_params(cfg.model, jax.random.key(0))
         >>> (score,) = evaluate_lm_eval(params, cfg, "sky", include_path=folder)
@@ -311,9 +321,16 @@ def evaluate_lm_eval(params: Any, config: Config, tasks: str | Sequence[str], *,
     return run_tasks(manager, names, params, config, limit=limit, stream=stream, **options)
 
 
-def run_tasks(manager: Any, names: list[str], params: Any, config: Config, *,
-              limit: int | None = None, stream: TextIO | None = None,
-              **options: Any) -> list[HarnessScore]:  # fmt: skip
+def run_tasks(
+    manager: Any,
+    names: list[str],
+    params: Any,
+    config: Config,
+    *,
+    limit: int | None = None,
+    stream: TextIO | None = None,
+    **options: Any,
+) -> list[HarnessScore]:
     """:func:`evaluate_lm_eval` with the task index already made (by :func:`task_manager`).
 
     ``options`` go to the model type (``tokenizer``, ``batch_size``, ``stride``, ``seed``).
@@ -359,12 +376,15 @@ def _score(task: str, raw: dict[str, Any]) -> HarnessScore:
             metrics[name] = float(value)
     counts = raw.get("n-samples", {}).get(task)
     return HarnessScore(
-        task=task, metrics=metrics, stderr={m: stderr.get(m) for m in metrics},
+        task=task,
+        metrics=metrics,
+        stderr={m: stderr.get(m) for m in metrics},
         examples=None if counts is None else int(counts["effective"]),
         num_fewshot=raw.get("n-shot", {}).get(task),
         higher_is_better=dict(raw.get("higher_is_better", {}).get(task, {})),
-        version=raw.get("versions", {}).get(task), config=raw.get("configs", {}).get(task, {}),
-    )  # fmt: skip
+        version=raw.get("versions", {}).get(task),
+        config=raw.get("configs", {}).get(task, {}),
+    )
 
 
 def save_harness_score(score: HarnessScore, run: str | Path, step: int) -> Path:

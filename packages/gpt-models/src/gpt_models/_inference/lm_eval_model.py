@@ -113,13 +113,16 @@ class RunLM(LM):  # type: ignore[misc]
         self.key = jax.random.key(int(seed))
         self.progress = progress
 
-    def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:  # fmt: skip
+    def loglikelihood(
+        self, requests: list[Any], disable_tqdm: bool = False
+    ) -> list[tuple[float, bool]]:
         """``(log p(continuation | context), is_greedy)`` of each ``(context, continuation)``."""
         examples = [TaskExample(r.args[0], (r.args[1],), 0, _where(r)) for r in requests]
         windows, spans, _ = _windows(examples, self.tokenizer, self.config.model.seq_len)
         out = []
-        for (logp, greedy), k, r in zip(self._score(windows, "loglikelihood"), spans, requests,
-                                        strict=True):  # fmt: skip
+        for (logp, greedy), k, r in zip(
+            self._score(windows, "loglikelihood"), spans, requests, strict=True
+        ):
             k = min(k, len(logp))  # an empty context: the continuation's first token is context
             if k == 0:
                 raise DataError(
@@ -163,8 +166,10 @@ class RunLM(LM):  # type: ignore[misc]
                     out[i] = text
                     self.cache_hook.add_partial("generate_until", requests[i].args, text)
                 done += len(chunk)
-                self._say(f"\rlm-eval generate_until: {done}/{len(requests)} requests",
-                          done == len(requests))  # fmt: skip
+                self._say(
+                    f"\rlm-eval generate_until: {done}/{len(requests)} requests",
+                    done == len(requests),
+                )
         return out
 
     def _job(self, request: Any) -> tuple[np.ndarray, int, tuple, list[str], str]:
@@ -181,8 +186,12 @@ class RunLM(LM):  # type: ignore[misc]
         until = kwargs.get("until", [])
         until = [until] if isinstance(until, str) else list(until)
         seq_len = self.config.model.seq_len
-        n = min(_positive(f"{where}: max_gen_toks", kwargs.get("max_gen_toks", self.max_gen_toks),
-                          "256"), seq_len - 1)  # fmt: skip
+        n = min(
+            _positive(
+                f"{where}: max_gen_toks", kwargs.get("max_gen_toks", self.max_gen_toks), "256"
+            ),
+            seq_len - 1,
+        )
         ids = np.asarray(self.tokenizer.encode(context), np.int32)[-(seq_len - n) :]
         if len(ids) == 0:
             raise DataError(
@@ -204,10 +213,16 @@ class RunLM(LM):  # type: ignore[misc]
         temperature, top_k, top_p = options
         try:
             out = generate(
-                self.params, np.stack(rows), self.config.model, max_new_tokens=n,
-                temperature=temperature, top_k=top_k, top_p=top_p,
-                key=jax.random.fold_in(self.key, chunk[0]), stop_token=stop,
-            )  # fmt: skip
+                self.params,
+                np.stack(rows),
+                self.config.model,
+                max_new_tokens=n,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                key=jax.random.fold_in(self.key, chunk[0]),
+                stop_token=stop,
+            )
         except ValueError as err:  # bad sampling options of a task (temperature < 0, ...)
             raise UsageError(f"{jobs[chunk[0]][4]}: generation_kwargs: {err}") from err
         tokens = np.asarray(out)[:, rows[0].shape[0] :]
@@ -223,8 +238,14 @@ class RunLM(LM):  # type: ignore[misc]
         return texts
 
     def _score(self, windows: list[np.ndarray], label: str) -> list[tuple[np.ndarray, np.ndarray]]:
-        return score_windows(self.params, self.config.model, windows, batch_size=self.batch_size,
-                             label=f"lm-eval {label}", stream=self.progress)  # fmt: skip
+        return score_windows(
+            self.params,
+            self.config.model,
+            windows,
+            batch_size=self.batch_size,
+            label=f"lm-eval {label}",
+            stream=self.progress,
+        )
 
     def _say(self, line: str, last: bool) -> None:
         if self.progress is not None:
@@ -246,9 +267,13 @@ def _positive(name: str, value: Any, example: str) -> int:
     if number < 1 or str(number) != str(value).strip():
         raise UsageError(
             f"{MODEL_NAME}: {name} = {value!r}; expected a whole number >= 1, e.g. {example}"
-            + (" ('auto' is not supported: gpt eval --run RUN --dry-run --batch-size N says "
-               "whether N rows fit)." if name == "batch_size" else ".")
-        )  # fmt: skip
+            + (
+                " ('auto' is not supported: gpt eval --run RUN --dry-run --batch-size N says "
+                "whether N rows fit)."
+                if name == "batch_size"
+                else "."
+            )
+        )
     return number
 
 

@@ -129,8 +129,13 @@ def stop_ids(tok: Tokenizer, raw: bool = False) -> tuple[int, ...]:
     return () if raw or tok.eot_id is None else (int(tok.eot_id),)
 
 
-def sample_lengths(cfg: Config, tok: Tokenizer, prompt: str | None, max_new_tokens: int | None,
-                   chat: ChatFormat | None = None) -> tuple[Any, int]:  # fmt: skip
+def sample_lengths(
+    cfg: Config,
+    tok: Tokenizer,
+    prompt: str | None,
+    max_new_tokens: int | None,
+    chat: ChatFormat | None = None,
+) -> tuple[Any, int]:
     """The prompt's token ids and the number of tokens to add, as ``sample_text`` takes them:
     ``max_new_tokens`` (default ``sample.max_new_tokens``) capped so that the prompt and the new
     tokens fit in ``model.seq_len``. With ``chat`` the prompt is written as one user turn."""

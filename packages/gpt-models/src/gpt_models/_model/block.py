@@ -219,13 +219,25 @@ class Block(bx.Module):
 
 def _moe(graph: bx.Graph, cfg: ModelConfig, rng: bx.Rng, c: Common) -> bx.MoE:
     """The mixture of SwiGLU experts that replaces the MLP (``model.n_experts > 0``)."""
-    expert = {"gate": axes("expert", "embed", "mlp"), "up": axes("expert", "embed", "mlp"),
-              "down": axes("expert", "mlp", "embed"), "router": axes("embed", None)}  # fmt: skip
+    expert = {
+        "gate": axes("expert", "embed", "mlp"),
+        "up": axes("expert", "embed", "mlp"),
+        "down": axes("expert", "mlp", "embed"),
+        "router": axes("embed", None),
+    }
     return bx.MoE(
-        graph, cfg.n_experts, cfg.experts_per_token, cfg.moe_d_ff or cfg.ff_dim, rng=rng,
-        normalize_top_k=cfg.moe_norm_topk, kernel_init=c.init, out_init=c.out_init,
-        metadata=expert, dtype=c.dtype, param_dtype=c.param_dtype,
-    )  # fmt: skip
+        graph,
+        cfg.n_experts,
+        cfg.experts_per_token,
+        cfg.moe_d_ff or cfg.ff_dim,
+        rng=rng,
+        normalize_top_k=cfg.moe_norm_topk,
+        kernel_init=c.init,
+        out_init=c.out_init,
+        metadata=expert,
+        dtype=c.dtype,
+        param_dtype=c.param_dtype,
+    )
 
 
 def _maybe(norm: bx.Module | None, params: bx.Params, x: Array) -> tuple[Array, bx.Params]:

@@ -141,9 +141,13 @@ class GPT(bx.Module):
         # Dropped after the placement: the mask is drawn where the stream's shards live.
         x, params = self.embed_drop(params, constrain(x, RESIDUAL), is_training=is_training)
         x, params = self.blocks(
-            params, x, segment_ids=segment_ids, decode=decode, is_training=is_training,
+            params,
+            x,
+            segment_ids=segment_ids,
+            decode=decode,
+            is_training=is_training,
             constrain=constrain,
-        )  # fmt: skip
+        )
         x, params = self.final_norm(params, x)
         if self.unembed is None:
             logits, params = self.embed.attend(params, x)
@@ -213,7 +217,8 @@ def init_fn(cfg: ModelConfig) -> Any:
 
 @functools.cache
 def param_specs(config: Any) -> bx.Params:
-    """The model's params as ``ShapeDtypeStruct`` s, each with its logical axes: built once per config.
+    """The model's params as ``ShapeDtypeStruct`` s, each with its logical axes: built once per
+    config.
 
     What :func:`paramspec.shardings` and :func:`paramspec.abstract` read (nothing is allocated).
 

@@ -39,8 +39,12 @@ class _QwenLayout(LlamaLayout):
         return {}
 
     def family_config(self, m: ModelConfig) -> dict[str, Any]:
-        return {"use_sliding_window": False, "sliding_window": None,
-                "max_window_layers": m.n_layers, "layer_types": [FULL] * m.n_layers}  # fmt: skip
+        return {
+            "use_sliding_window": False,
+            "sliding_window": None,
+            "max_window_layers": m.n_layers,
+            "layer_types": [FULL] * m.n_layers,
+        }
 
 
 class Qwen2Layout(_QwenLayout):
@@ -85,8 +89,11 @@ class Olmo2Layout(LlamaLayout):
     name = "OLMo 2"
     summary = "Llama with norms after each sublayer and a QK-norm over all heads"
     needs: ClassVar[dict[str, object]] = {
-        **_LLAMA_NEEDS, "qk_norm": True, "qk_norm_scope": "all", "norm_placement": "post",
-    }  # fmt: skip
+        **_LLAMA_NEEDS,
+        "qk_norm": True,
+        "qk_norm_scope": "all",
+        "norm_placement": "post",
+    }
     false_flags = ("attention_bias",)
 
 

@@ -59,16 +59,18 @@ class Gemma2Layout(LlamaLayout):
             **window_pattern(read, layers, reads["window"]),
             # the default scalar (the head size) is kept as 0, so a model exports as it came
             "attn_scalar": 0.0 if reads["scalar"] in (0.0, head_dim) else reads["scalar"],
-            "attn_softcap": reads["attn_softcap"], "logit_softcap": reads["logit_softcap"],
-        }  # fmt: skip
+            "attn_softcap": reads["attn_softcap"],
+            "logit_softcap": reads["logit_softcap"],
+        }
 
     def family_config(self, m: ModelConfig) -> dict[str, Any]:
         return {
             "query_pre_attn_scalar": _number(m.attn_scalar or m.head_dim),
-            "sliding_window": m.sliding_window or None, "layer_types": layer_types(m),
+            "sliding_window": m.sliding_window or None,
+            "layer_types": layer_types(m),
             "attn_logit_softcapping": m.attn_softcap or None,
             "final_logit_softcapping": m.logit_softcap or None,
-        }  # fmt: skip
+        }
 
 
 class Gemma3Layout(Gemma2Layout):
@@ -102,8 +104,7 @@ class Gemma3Layout(Gemma2Layout):
             FULL: {"rope_type": "default", "rope_theta": m.rope_theta},
             SLIDING: {"rope_type": "default", "rope_theta": local},
         }
-        return {**super().family_config(m), "rope_parameters": rope,
-                "rope_local_base_freq": local}  # fmt: skip
+        return {**super().family_config(m), "rope_parameters": rope, "rope_local_base_freq": local}
 
 
 def _number(x: float) -> float | int:

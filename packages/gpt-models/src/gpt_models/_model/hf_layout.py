@@ -162,7 +162,8 @@ class Layout(abc.ABC):
             family options it does not name (:data:`FEATURES`) must be at their defaults,
             except those in ``free``.
         free: family options this family represents at any value (Mistral's sliding_window).
-        prefixes: prefixes a saved folder may put before the tensor names (first: what export writes).
+        prefixes: prefixes a saved folder may put before the tensor names (first: what export
+        writes).
         ignored: name endings of tensors transformers saves that hold no weights of ours.
     """
 

@@ -69,14 +69,26 @@ class LlamaLayout(Layout):
             k: v for k, v in self.needs.items() if k not in ("norm", "pos", "mlp", "bias")
         }
         return ModelConfig(
-            vocab_size=padded_vocab(vocab), vocab_real=vocab if padded_vocab(vocab) != vocab else 0,
-            seq_len=seq, d_model=d, n_layers=layers, n_heads=heads, n_kv_heads=kv or heads,
-            d_head=head_dim if head_dim and head_dim * heads != d else 0, d_ff=d_ff,
-            mlp=str(self.needs["mlp"]), norm="rmsnorm", pos="rope", rope_theta=theta,
-            tie_embeddings=tied, bias=False, norm_eps=eps, param_dtype=dtype,
+            vocab_size=padded_vocab(vocab),
+            vocab_real=vocab if padded_vocab(vocab) != vocab else 0,
+            seq_len=seq,
+            d_model=d,
+            n_layers=layers,
+            n_heads=heads,
+            n_kv_heads=kv or heads,
+            d_head=head_dim if head_dim and head_dim * heads != d else 0,
+            d_ff=d_ff,
+            mlp=str(self.needs["mlp"]),
+            norm="rmsnorm",
+            pos="rope",
+            rope_theta=theta,
+            tie_embeddings=tied,
+            bias=False,
+            norm_eps=eps,
+            param_dtype=dtype,
             **needs,
             **self.family_settings(read, family, layers),
-        )  # fmt: skip
+        )
 
     def family_reads(self, read: ConfigReader) -> dict[str, Any]:
         """The family's own config.json values, read (and so type-checked) before ``check``."""
@@ -110,17 +122,26 @@ class LlamaLayout(Layout):
 
     def hf_config(self, m: ModelConfig, dtype: str) -> dict[str, Any]:
         return {
-            "architectures": [self.architecture], "model_type": self.model_type,
-            "vocab_size": m.real_vocab, "hidden_size": m.d_model, "intermediate_size": m.ff_dim,
-            "num_hidden_layers": m.n_layers, "num_attention_heads": m.n_heads,
-            "num_key_value_heads": m.kv_heads, "head_dim": m.head_dim,
-            "max_position_embeddings": m.seq_len, "rms_norm_eps": m.norm_eps,
-            "rope_theta": m.rope_theta, "rope_scaling": None,
+            "architectures": [self.architecture],
+            "model_type": self.model_type,
+            "vocab_size": m.real_vocab,
+            "hidden_size": m.d_model,
+            "intermediate_size": m.ff_dim,
+            "num_hidden_layers": m.n_layers,
+            "num_attention_heads": m.n_heads,
+            "num_key_value_heads": m.kv_heads,
+            "head_dim": m.head_dim,
+            "max_position_embeddings": m.seq_len,
+            "rms_norm_eps": m.norm_eps,
+            "rope_theta": m.rope_theta,
+            "rope_scaling": None,
             self.activation[0]: self.activation[1],
             "rope_parameters": {"rope_theta": m.rope_theta, "rope_type": "default"},
-            **dict.fromkeys(self.false_flags, False), "tie_word_embeddings": m.tie_embeddings,
-            "torch_dtype": dtype, **self.family_config(m),
-        }  # fmt: skip
+            **dict.fromkeys(self.false_flags, False),
+            "tie_word_embeddings": m.tie_embeddings,
+            "torch_dtype": dtype,
+            **self.family_config(m),
+        }
 
     def family_config(self, m: ModelConfig) -> dict[str, Any]:
         """The family's own config.json keys (overriding the shared ones)."""
@@ -130,37 +151,92 @@ class LlamaLayout(Layout):
         D, H, K, hd, F, V = m.d_model, m.n_heads, m.kv_heads, m.head_dim, m.ff_dim, m.real_vocab
         layer = "model.layers.{i}."
         e = [
-            one(("embed", "embedding"), "model.embed_tokens.weight", (V, D), stacked=False,
-                vocab_rows=m.vocab_size, save=lambda a: a[:V]),
+            one(
+                ("embed", "embedding"),
+                "model.embed_tokens.weight",
+                (V, D),
+                stacked=False,
+                vocab_rows=m.vocab_size,
+                save=lambda a: a[:V],
+            ),
             one(("final_norm", "scale"), "model.norm.weight", (D,), stacked=False),
-        ]  # fmt: skip
+        ]
         if not m.tie_embeddings:
-            e.append(one(("unembed", "kernel"), "lm_head.weight", (V, D), lambda w: w.T,
-                         lambda a: a.T[:V], stacked=False, vocab_rows=m.vocab_size))  # fmt: skip
+            e.append(
+                one(
+                    ("unembed", "kernel"),
+                    "lm_head.weight",
+                    (V, D),
+                    lambda w: w.T,
+                    lambda a: a.T[:V],
+                    stacked=False,
+                    vocab_rows=m.vocab_size,
+                )
+            )
         for ours, theirs in _NORMS[m.norm_placement]:
             e.append(one((*BLOCK, ours, "scale"), f"{layer}{theirs}.weight", (D,)))
         for ours, theirs, heads in (("query", "q", H), ("key", "k", K), ("value", "v", K)):
             proj = f"{layer}self_attn.{theirs}_proj"
-            e.append(one((*BLOCK, "attn", ours), f"{proj}.weight", (heads * hd, D),
-                         _split_heads(D, heads, hd), lambda a: a.reshape(D, -1).T))  # fmt: skip
+            e.append(
+                one(
+                    (*BLOCK, "attn", ours),
+                    f"{proj}.weight",
+                    (heads * hd, D),
+                    _split_heads(D, heads, hd),
+                    lambda a: a.reshape(D, -1).T,
+                )
+            )
             if m.qkv_bias:
-                e.append(one((*BLOCK, "attn", f"{ours}_bias"), f"{proj}.bias", (heads * hd,),
-                             _reshape(heads, hd), _reshape(-1)))  # fmt: skip
+                e.append(
+                    one(
+                        (*BLOCK, "attn", f"{ours}_bias"),
+                        f"{proj}.bias",
+                        (heads * hd,),
+                        _reshape(heads, hd),
+                        _reshape(-1),
+                    )
+                )
             if m.qk_norm and ours != "value":
                 scope = (heads, hd) if m.qk_norm_scope == "all" else (hd,)
-                e.append(one((*BLOCK, "attn", f"{ours}_norm", "scale"),
-                             f"{layer}self_attn.{theirs}_norm.weight", (int(np.prod(scope)),),
-                             _reshape(*scope), _reshape(-1)))  # fmt: skip
+                e.append(
+                    one(
+                        (*BLOCK, "attn", f"{ours}_norm", "scale"),
+                        f"{layer}self_attn.{theirs}_norm.weight",
+                        (int(np.prod(scope)),),
+                        _reshape(*scope),
+                        _reshape(-1),
+                    )
+                )
         e += [
-            one((*BLOCK, "attn", "out"), f"{layer}self_attn.o_proj.weight", (D, H * hd),
-                lambda w: w.T.reshape(H, hd, D), lambda a: a.reshape(H * hd, D).T),
-            one((*BLOCK, "mlp", "gate_0", "kernel"), f"{layer}mlp.gate_proj.weight", (F, D),
-                _transpose, _transpose),
-            one((*BLOCK, "mlp", "linear_0", "kernel"), f"{layer}mlp.up_proj.weight", (F, D),
-                _transpose, _transpose),
-            one((*BLOCK, "mlp", "linear_1", "kernel"), f"{layer}mlp.down_proj.weight", (D, F),
-                _transpose, _transpose),
-        ]  # fmt: skip
+            one(
+                (*BLOCK, "attn", "out"),
+                f"{layer}self_attn.o_proj.weight",
+                (D, H * hd),
+                lambda w: w.T.reshape(H, hd, D),
+                lambda a: a.reshape(H * hd, D).T,
+            ),
+            one(
+                (*BLOCK, "mlp", "gate_0", "kernel"),
+                f"{layer}mlp.gate_proj.weight",
+                (F, D),
+                _transpose,
+                _transpose,
+            ),
+            one(
+                (*BLOCK, "mlp", "linear_0", "kernel"),
+                f"{layer}mlp.up_proj.weight",
+                (F, D),
+                _transpose,
+                _transpose,
+            ),
+            one(
+                (*BLOCK, "mlp", "linear_1", "kernel"),
+                f"{layer}mlp.down_proj.weight",
+                (D, F),
+                _transpose,
+                _transpose,
+            ),
+        ]
         return e
 
 
@@ -171,8 +247,9 @@ def window_pattern(read: ConfigReader, layers: int, window: int) -> dict[str, in
     if types is None:
         return {"sliding_window": window, "global_every": 0}
     if not (isinstance(types, list) and len(types) == layers and set(types) <= {SLIDING, FULL}):
-        read.refuse("layer_types", json_text(types),
-                    f"{layers} entries, each {SLIDING!r} or {FULL!r}")  # fmt: skip
+        read.refuse(
+            "layer_types", json_text(types), f"{layers} entries, each {SLIDING!r} or {FULL!r}"
+        )
     windowed = [t == SLIDING for t in types]
     if not any(windowed):
         return {"sliding_window": 0, "global_every": 0}

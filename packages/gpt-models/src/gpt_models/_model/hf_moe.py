@@ -25,12 +25,20 @@ def _experts(m: ModelConfig, layer: str, names: tuple[str, str, str]) -> list[En
     """The stacked ``gate``, ``up`` and ``down`` params from each expert's three tensors."""
     E, D, F = m.n_experts, m.d_model, m.moe_d_ff or m.ff_dim
     out = []
-    for ours, theirs, shape in zip(("gate", "up", "down"), names, ((F, D), (F, D), (D, F)),
-                                   strict=True):  # fmt: skip
+    for ours, theirs, shape in zip(
+        ("gate", "up", "down"), names, ((F, D), (F, D), (D, F)), strict=True
+    ):
         hf = tuple(f"{layer}experts.{j}.{theirs}.weight" for j in range(E))
-        out.append(Entry(((*BLOCK, "moe", ours),), hf, (shape,) * E,
-                         lambda *ws: (np.stack([w.T for w in ws]),),
-                         lambda a: tuple(a[j].T for j in range(a.shape[0])), True))  # fmt: skip
+        out.append(
+            Entry(
+                ((*BLOCK, "moe", ours),),
+                hf,
+                (shape,) * E,
+                lambda *ws: (np.stack([w.T for w in ws]),),
+                lambda a: tuple(a[j].T for j in range(a.shape[0])),
+                True,
+            )
+        )
     router = one((*BLOCK, "moe", "router"), f"{layer}gate.weight", (E, D), _t, _t)
     return [router, *out]
 
@@ -53,19 +61,29 @@ class MixtralLayout(MistralLayout):
     free = (*MistralLayout.free, "n_experts", "experts_per_token", "moe_d_ff")
 
     def family_reads(self, read: ConfigReader) -> dict[str, Any]:
-        return {**super().family_reads(read), "experts": read.int("num_local_experts"),
-                "k": read.int("num_experts_per_tok"),
-                "jitter": read.raw.get("router_jitter_noise") or 0}  # fmt: skip
+        return {
+            **super().family_reads(read),
+            "experts": read.int("num_local_experts"),
+            "k": read.int("num_experts_per_tok"),
+            "jitter": read.raw.get("router_jitter_noise") or 0,
+        }
 
     def family_settings(self, read: ConfigReader, reads: dict[str, Any], layers: int) -> dict:
         if reads["jitter"]:
             read.refuse("router_jitter_noise", reads["jitter"], "0 (no noise on the router)")
-        return {**super().family_settings(read, reads, layers), "n_experts": reads["experts"],
-                "experts_per_token": reads["k"]}  # fmt: skip
+        return {
+            **super().family_settings(read, reads, layers),
+            "n_experts": reads["experts"],
+            "experts_per_token": reads["k"],
+        }
 
     def family_config(self, m: ModelConfig) -> dict[str, Any]:
-        return {**super().family_config(m), "num_local_experts": m.n_experts,
-                "num_experts_per_tok": m.experts_per_token, "router_jitter_noise": 0.0}  # fmt: skip
+        return {
+            **super().family_config(m),
+            "num_local_experts": m.n_experts,
+            "num_experts_per_tok": m.experts_per_token,
+            "router_jitter_noise": 0.0,
+        }
 
     def entries(self, m: ModelConfig) -> list[Entry]:
         layer = "model.layers.{i}.block_sparse_moe."
@@ -81,31 +99,45 @@ class Qwen3MoeLayout(Qwen3Layout):
 
     def family_reads(self, read: ConfigReader) -> dict[str, Any]:
         experts = "num_experts" if "num_experts" in read.raw else "num_local_experts"
-        return {**super().family_reads(read), "experts": read.int(experts),
-                "k": read.int("num_experts_per_tok"), "d_ff": read.int("moe_intermediate_size"),
-                "norm": read.flag("norm_topk_prob", False),
-                "step": read.int("decoder_sparse_step", 1),
-                "dense": read.raw.get("mlp_only_layers") or []}  # fmt: skip
+        return {
+            **super().family_reads(read),
+            "experts": read.int(experts),
+            "k": read.int("num_experts_per_tok"),
+            "d_ff": read.int("moe_intermediate_size"),
+            "norm": read.flag("norm_topk_prob", False),
+            "step": read.int("decoder_sparse_step", 1),
+            "dense": read.raw.get("mlp_only_layers") or [],
+        }
 
     def family_settings(self, read: ConfigReader, reads: dict[str, Any], layers: int) -> dict:
         if reads["step"] != 1:
             read.refuse("decoder_sparse_step", reads["step"], "1 (experts on every layer)")
         if reads["dense"]:
             read.refuse("mlp_only_layers", reads["dense"], "[] (experts on every layer)")
-        return {**super().family_settings(read, reads, layers), "n_experts": reads["experts"],
-                "experts_per_token": reads["k"], "moe_d_ff": reads["d_ff"],
-                "moe_norm_topk": reads["norm"]}  # fmt: skip
+        return {
+            **super().family_settings(read, reads, layers),
+            "n_experts": reads["experts"],
+            "experts_per_token": reads["k"],
+            "moe_d_ff": reads["d_ff"],
+            "moe_norm_topk": reads["norm"],
+        }
 
     def family_config(self, m: ModelConfig) -> dict[str, Any]:
-        return {**super().family_config(m), "num_experts": m.n_experts,
-                "num_experts_per_tok": m.experts_per_token,
-                "moe_intermediate_size": m.moe_d_ff or m.ff_dim, "norm_topk_prob": m.moe_norm_topk,
-                "decoder_sparse_step": 1, "mlp_only_layers": []}  # fmt: skip
+        return {
+            **super().family_config(m),
+            "num_experts": m.n_experts,
+            "num_experts_per_tok": m.experts_per_token,
+            "moe_intermediate_size": m.moe_d_ff or m.ff_dim,
+            "norm_topk_prob": m.moe_norm_topk,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+        }
 
     def entries(self, m: ModelConfig) -> list[Entry]:
         layer = "model.layers.{i}.mlp."
-        return _dense_mlp(super().entries(m)) + _experts(m, layer, ("gate_proj", "up_proj",
-                                                                    "down_proj"))  # fmt: skip
+        return _dense_mlp(super().entries(m)) + _experts(
+            m, layer, ("gate_proj", "up_proj", "down_proj")
+        )
 
 
 MIXTRAL = MixtralLayout()

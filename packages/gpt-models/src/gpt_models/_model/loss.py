@@ -76,7 +76,8 @@ def loss_weights(batch: Any) -> tuple[Array, Array]:
 
     Example:
         >>> import numpy as np
-        >>> batch = {"tokens": np.array([[5, 6, 7, 8, 9, 0]]), "mask": np.array([[0, 0, 1, 0, 1, 0]]),
+        >>> batch = {"tokens": np.array([[5, 6, 7, 8, 9, 0]]),
+        ...          "mask": np.array([[0, 0, 1, 0, 1, 0]]),
         ...          "segments": np.array([[1, 1, 1, 2, 2, 0]])}
         >>> [w.tolist() for w in loss_weights(batch)]
         [[[0.0, 1.0, 0.0, 1.0, 0.0]], [[1.0, 1.0, 0.0, 1.0, 0.0]]]

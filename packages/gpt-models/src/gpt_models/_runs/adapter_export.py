@@ -42,8 +42,14 @@ from .snapshot import committed_steps
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
-def export_adapter(config: Config, params: bx.Params, path: str | Path, *,
-                   dtype: str = "float32", notes: TextIO | None = None) -> Path:  # fmt: skip
+def export_adapter(
+    config: Config,
+    params: bx.Params,
+    path: str | Path,
+    *,
+    dtype: str = "float32",
+    notes: TextIO | None = None,
+) -> Path:
     """Write the LoRA adapters of ``params`` as a PEFT adapter folder at ``path`` (new).
 
     ``config`` is the LoRA run's :class:`Config` (``lora.rank > 0``); its model must export as
@@ -77,8 +83,11 @@ def export_adapter(config: Config, params: bx.Params, path: str | Path, *,
             tensors[f"{name}.lora_A.weight"] = _to_numpy(a, dtype)
             tensors[f"{name}.lora_B.weight"] = _to_numpy(b, dtype)
         ranks[module] = a.shape[0]
-    every = [e.hf[0].removesuffix(".weight") for e in layout.entries(model)
-             if e.stacked and e.hf[0].endswith(".weight")]  # fmt: skip
+    every = [
+        e.hf[0].removesuffix(".weight")
+        for e in layout.entries(model)
+        if e.stacked and e.hf[0].endswith(".weight")
+    ]
     base, why = adapter_base(config.init.source)
     files = {"adapter_config.json": _adapter_config(config, layout, lora, ranks, every, base)}
     written = write_folder(target, "adapter_model.safetensors", tensors, files)
@@ -139,8 +148,9 @@ def _modules(layout: Layout, model: Any, kernels: tuple[str, ...]) -> list[tuple
     return out
 
 
-def _layer_pairs(params: bx.Params, kernels: list, entry: Entry,
-                 rank: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+def _layer_pairs(
+    params: bx.Params, kernels: list, entry: Entry, rank: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """``(lora_A, lora_B)`` of one module for each layer, in peft's layout, fused parts included.
 
     Each adapter is read from the device once (stacked over the layers), then sliced.
@@ -182,8 +192,14 @@ def _fused(pairs: list, entry: Entry, rank: int) -> tuple[np.ndarray, np.ndarray
     return a, b
 
 
-def _adapter_config(config: Config, layout: Layout, lora: Any, ranks: dict[str, int],
-                    every: list[str], base: str | None) -> dict[str, Any]:  # fmt: skip
+def _adapter_config(
+    config: Config,
+    layout: Layout,
+    lora: Any,
+    ranks: dict[str, int],
+    every: list[str],
+    base: str | None,
+) -> dict[str, Any]:
     """``adapter_config.json``: peft's LoraConfig fields; ``every`` module of a layer names them."""
     names = _short_names(every)
     fused = {names[m]: r for m, r in ranks.items() if r != lora.rank}
@@ -218,8 +234,9 @@ def _short_names(modules: list[str]) -> dict[str, str]:
     (GPT-2's ``attn.c_proj`` and ``mlp.c_proj``), so that no other module matches it.
 
     Example:
-        >>> _short_names(["h.{i}.attn.c_proj", "h.{i}.mlp.c_proj", "h.{i}.attn.c_attn"])
-        {'h.{i}.attn.c_proj': 'attn.c_proj', 'h.{i}.mlp.c_proj': 'mlp.c_proj', 'h.{i}.attn.c_attn': 'c_attn'}
+        >>> short = _short_names(["h.{i}.attn.c_proj", "h.{i}.mlp.c_proj", "h.{i}.attn.c_attn"])
+        >>> list(short.values())
+        ['attn.c_proj', 'mlp.c_proj', 'c_attn']
     """
     last = [m.rsplit(".", 1)[-1] for m in modules]
     return {

@@ -67,7 +67,8 @@ def check_dtype(dtype: str, flag: str = "dtype") -> str:
 
 
 def check_hf_folder(path: str | Path, *, dtype: str = "float32") -> HFFolder:
-    """Check a Hugging Face folder whole, reading no weights: files, config.json, tensors, tokenizer.
+    """Check a Hugging Face folder whole, reading no weights: files, config.json, tensors,
+    tokenizer.
 
     Raises:
         CheckpointFormatError: the first problem, naming the file (and tensor or key).
@@ -106,7 +107,7 @@ def numpy_dtype(name: str) -> np.dtype[Any]:
     return np.dtype(_FLOATS[name])
 
 
-# ----------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # Files: regular ones only, JSON, safetensors headers
 
 
@@ -121,8 +122,13 @@ def open_regular(path: Path) -> BinaryIO:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = {stat.S_IFIFO: "a named pipe", stat.S_IFDIR: "a folder", stat.S_IFSOCK: "a socket",
-                stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}.get(stat.S_IFMT(mode), "special")  # fmt: skip
+        kind = {
+            stat.S_IFIFO: "a named pipe",
+            stat.S_IFDIR: "a folder",
+            stat.S_IFSOCK: "a socket",
+            stat.S_IFCHR: "a device",
+            stat.S_IFBLK: "a device",
+        }.get(stat.S_IFMT(mode), "special")
         raise CheckpointFormatError(
             f"{path} is {kind}, not a regular file. A Hugging Face folder holds plain files; "
             "put the real file there (a symbolic link to one is fine)."
@@ -244,7 +250,7 @@ def _tensor(path: Path, name: str, info: Any, data_start: int, size: int) -> Ten
     return Tensor(path, dtype, shape, data_start + begin, nbytes)
 
 
-# ----------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------
 # The folder against config.json: names, shapes; the tokenizer against the vocabulary
 
 
