@@ -14,7 +14,8 @@ not ours. A restart that fails says so in one line and the command goes on unres
 **Ctrl-C.** Python turns SIGINT into ``KeyboardInterrupt`` wherever the main thread is, and when
 that is inside a garbage-collection callback (JAX registers one) or a finaliser, Python prints
 "Exception ignored" and drops it: the command went on as if no key had been pressed. The handler
-installed here (:func:`stop_on_first_interrupt`) raises it again once out of such a callback, so
+installed here (:func:`stop_on_first_interrupt`) raises it again once out of such a callback (or
+out of an import, which numpy would turn into an ``ImportError`` with a traceback), so
 the first Ctrl-C stops every command within moments; ``console`` then exits with status 130 and
 one line. Training installs its own handler while its steps run (save, then stop).
 """
@@ -155,14 +156,20 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def _in_swallowing_callback(frame: FrameType | None) -> bool:
-    """Whether an exception raised at ``frame`` would be dropped by Python: it runs inside a
-    garbage-collection callback or a ``__del__``."""
+    """Whether an exception raised at ``frame`` would be dropped or mangled: it runs inside a
+    garbage-collection callback or a ``__del__`` (Python drops it), or inside an import (numpy,
+    for one, turns it into an ``ImportError`` after printing its traceback, and leaves the module
+    half-imported); raised again once out of it."""
     callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
     while frame is not None:
-        if frame.f_code in callbacks or frame.f_code.co_name == "__del__":
+        code = frame.f_code
+        if code in callbacks or code.co_name == "__del__" or code.co_filename.startswith(_IMPORT):
             return True
         frame = frame.f_back
     return False
+
+
+_IMPORT = "<frozen importlib"
 
 
 def console() -> int:
