@@ -418,12 +418,12 @@ def _workspace(ws: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
     assert result.status == 0, failure(command, result)
     TIMES["setup"] = time.perf_counter() - start
     yield ws
-    report = request.config.pluginmanager.get_plugin("terminalreporter")
-    if report is not None:
-        ran = sum(1 for c in ALL if not c.skip)
-        report.write_line(
-            f"docs commands: {ran} run, {len(ALL) - ran} exempt by a docs-test marker, in "
-            f"{sum(TIMES.values()):.0f} s ({TIMES['setup']:.0f} s of it the shared runs)"
+    ran = sum(1 for c in ALL if not c.skip)
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():  # shown with -q too, as the exempt list is
+        print(
+            f"\ndocs commands: {ran} run, {len(ALL) - ran} exempt by a docs-test marker, in "
+            f"{sum(TIMES.values()):.0f} s ({TIMES['setup']:.0f} s of it the shared folder)"
         )
 
 
