@@ -418,17 +418,19 @@ def _workspace(ws: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
     assert result.status == 0, failure(command, result)
     TIMES["setup"] = time.perf_counter() - start
     yield ws
-    ran = sum(1 for c in ALL if not c.skip)
+    exempt = sum(1 for c in ALL if c.skip)
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():  # shown with -q too, as the exempt list is
         print(
-            f"\ndocs commands: {ran} run, {len(ALL) - ran} exempt by a docs-test marker, in "
-            f"{sum(TIMES.values()):.0f} s ({TIMES['setup']:.0f} s of it the shared folder)"
+            f"\ndocs commands: {len(RAN)} run ({len(ALL) - exempt - len(RAN)} not selected), "
+            f"{exempt} exempt by a docs-test marker, in {sum(TIMES.values()):.0f} s "
+            f"({TIMES['setup']:.0f} s of it the shared folder)"
         )
 
 
 ALL = [c for page in pages() for c in commands(page)]
 TIMES: dict[str, float] = {}
+RAN: list[Command] = []
 RUN_PAGES = sorted({c.page for c in ALL if not c.skip}, key=pages().index)
 
 
@@ -441,6 +443,7 @@ def test_the_gpt_commands_of_a_page_run(page, workspace, tmp_path):
     start = time.perf_counter()
     for command in (c for c in ALL if c.page == page and not c.skip):
         result = run(command, cwd, fixtures)
+        RAN.append(command)
         assert result.status == command.exit, failure(command, result)
         if command.exit:  # a refusal the page shows: one error line, no traceback
             assert "error: " in result.err and "Traceback" not in result.err, failure(
