@@ -81,7 +81,8 @@ def test_the_config_page_lists_every_key_with_its_type_default_and_presets():
     rows = [line for line in page.splitlines() if line.startswith("| `")]
     assert [row.split("`")[1] for row in rows] == list(key_meanings())
     row = next(r for r in rows if r.startswith("| `model.mlp`"))
-    assert row.startswith('| `model.mlp` | one of `gelu`, `relu2`, `swiglu` | `"gelu"` | MLP')
+    choices = ", ".join(f"`{c}`" for c in CONFIG_CHOICES["model.mlp"])
+    assert row.startswith(f'| `model.mlp` | one of {choices} | `"gelu"` | MLP')
     assert '`tiny`: `"relu2"`' in row and "`gpt2-small`" not in row  # gpt2 keeps the default
 
 
