@@ -403,8 +403,14 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Build the documentation site and run every doctest (docstrings and docs pages)."""
+    """Build the documentation site and run every doctest (docstrings and docs pages).
+
+    First the gpt-models reference pages: `--check` fails when the CLI or config page differs
+    from what the parser and the schema give (`python docs/_ext/gpt_reference.py` rewrites
+    them). The `gpt` commands of the pages run in `tests` (gpt-models' test_docs_commands.py).
+    """
     h.sync_locked(session, session.virtualenv.location, "dev", "docs")
+    session.run("python", str(ROOT / "docs" / "_ext" / "gpt_reference.py"), "--check", env=h.ENV)
     session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"))
     session.run("python", str(ROOT / ".ci" / "check_api_docs.py"), str(ROOT / "site"))
     h.pytest(session, "python", "--doctest-modules", *(f"packages/{p}/src" for p in PACKAGES))

@@ -21,9 +21,16 @@ Modules, for a test that patches a name where the code looks it up:
 
 Functions: ``PendingDigest``, ``read_digest`` and ``verify_digest``, a checkpoint's per-array
 digest, which a benchmark times apart from the checkpoint write.
+
+The sources of the generated reference pages (``docs/_ext/gpt_reference.py``) and of their drift
+test: ``cli_parser()``, the ``gpt`` command's argument parser; ``key_meanings()``, each config key's
+meaning as ``gpt config show`` prints it; ``CONFIG_CHOICES``, the values a string key accepts.
 """
 
 from ._cli import launcher
+from ._cli.main import _parser as cli_parser
+from ._config.schema import CHOICES as CONFIG_CHOICES
+from ._config.toml import key_meanings
 from ._data import prepare as data_prepare
 from ._runs.digest import PendingDigest, read_digest
 from ._runs.digest import verify as verify_digest
@@ -31,8 +38,11 @@ from ._training import loop as training_loop
 from ._training import plans as training_plans
 
 __all__ = [
+    "CONFIG_CHOICES",
     "PendingDigest",
+    "cli_parser",
     "data_prepare",
+    "key_meanings",
     "launcher",
     "read_digest",
     "training_loop",
