@@ -52,7 +52,8 @@ class MoE(Module):
         metadata: per-parameter metadata keyed by ``router``, ``gate``, ``up``, ``down``, e.g.
             ``{'gate': {'logical_axes': ('expert', 'embed', 'mlp')}}``: a logical ``expert`` axis
             lets paramspec rules shard the experts over devices (expert parallelism).
-        dtype, param_dtype: computation and storage dtypes (the router runs in float32).
+        dtype: computation dtype (the router runs in float32).
+        param_dtype: storage dtype of the parameters.
 
     Params: ``router (D, E)``, ``gate`` and ``up`` ``(E, D, hidden_size)``, ``down
     (E, hidden_size, D)``.

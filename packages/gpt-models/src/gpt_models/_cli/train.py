@@ -81,7 +81,7 @@ def train(
 
     Raises:
         ConfigError, DataError: bad config, data, mesh or a missing wandb (the CLI exits with
-        status 2).
+            status 2).
         UsageError: ``run_dir`` already holds checkpoints and ``resume`` is false, or ``profile``
             is not a range of the run's steps.
         TrainingDivergedError: the loss became NaN/inf; the last good checkpoint is kept.

@@ -106,7 +106,7 @@ def load_dataset(
 
     Raises:
         DataError: a missing path, an empty folder, too little data for one ``seq_len`` window in
-        each
+            each
             split, token ids that do not fit ``vocab_size``, or a ``.bin`` sidecar that does not
             match;
             sources of a mixture made by different tokenizers.

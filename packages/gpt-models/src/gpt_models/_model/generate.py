@@ -89,7 +89,7 @@ def generate(
         temperature: softmax temperature; ``0`` is greedy decoding.
         top_k: sample among the ``k`` most likely tokens only (``None``/``0``: all).
         top_p: nucleus sampling: the smallest set of tokens whose mass reaches ``p`` (``None``:
-        all).
+            all).
         key: a ``jax.random.key``; token ``i`` of the continuation uses ``fold_in(key, i)``.
         use_cache: decode with a KV cache (the default); ``False`` recomputes the whole prefix at
             every step (slow, gives the same tokens).

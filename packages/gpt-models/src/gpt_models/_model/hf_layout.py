@@ -163,7 +163,7 @@ class Layout(abc.ABC):
             except those in ``free``.
         free: family options this family represents at any value (Mistral's sliding_window).
         prefixes: prefixes a saved folder may put before the tensor names (first: what export
-        writes).
+            writes).
         ignored: name endings of tensors transformers saves that hold no weights of ours.
     """
 

@@ -227,7 +227,7 @@ def load_run(run_dir: str | Path, config: Config | None = None) -> tuple[Config,
     Args:
         run_dir: a folder made by ``gpt train`` (``config.toml`` and ``checkpoints/``).
         config: the config to restore with (default: the run's ``config.toml``); ``gpt sample
-        --set``
+            --set``
             passes the run's config with its overrides.
 
     Raises:

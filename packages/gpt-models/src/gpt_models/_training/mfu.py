@@ -56,7 +56,7 @@ def peak_flops(devices: Sequence[Any], compute_dtype: Any, override: float = 0.0
 
     Args:
         devices: the mesh's devices (``jax.Device``; only ``device_kind`` and ``platform`` are
-        read).
+            read).
         compute_dtype: the model's compute dtype; float32 on a GPU halves the peak (TF32).
         override: FLOP/s per device (``log.peak_flops``); used when positive, on any device.
 

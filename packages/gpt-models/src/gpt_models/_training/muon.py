@@ -132,7 +132,7 @@ def make_muon(
 
     Raises:
         ConfigError: the installed optax has no suitable Muon (the message names the version
-        needed).
+            needed).
     """
     _require_muon()
     # AdamW's leaves are embeddings and norm scales: no weight decay (decaying a norm scale towards
