@@ -81,7 +81,8 @@ class ChatTemplate:
                 f"The chat template in {self.file} failed to render the conversation of {where} "
                 f"({type(err).__name__}: {err}). The template refuses these messages (e.g. roles "
                 "out of the order it expects) or is broken: fix the line or the template, or "
-                f"move {self.file.name} away to use the plain template (docs/gpt_models.md)."
+                f"move {self.file.name} away to use the plain template "
+                f"(docs/gpt-models/fine-tuning.md)."
             ) from err
 
 

@@ -146,7 +146,7 @@ def _template_spans(
                 "tokens cannot be told apart for the loss mask. Use a template whose text for the "
                 "first turns begins the text of the whole conversation, or move "
                 f"{template.file.name} "
-                "away to use the plain template (docs/gpt_models.md)."
+                "away to use the plain template (docs/gpt-models/fine-tuning.md)."
             )
         head, _, tail = marked[len(before) :].partition(_MARK)
         added = through[len(before) :]
@@ -156,7 +156,7 @@ def _template_spans(
                 f"messages[{i}] of {where} as given (it leaves out or rewrites it), so its tokens "
                 "cannot be found for the loss mask. Fix the template, or move "
                 f"{template.file.name} "
-                "away to use the plain template (docs/gpt_models.md)."
+                "away to use the plain template (docs/gpt-models/fine-tuning.md)."
             )
         spans.append((len(before) + len(head), len(through)))
     return full, spans

@@ -57,7 +57,8 @@ def read_bin_meta(bin_path: Path, tokenizer: str) -> BinMeta | None:
                 "tokenizer that made these ids is unknown. Write the sidecar next to the .bin, "
                 "e.g. "
                 '{"tokenizer": "bpe", "vocab_size": 2048, "tokenizer_file": "tokenizer.json"} '
-                "(docs/gpt_models.md, Data), or use text data so that a tokenizer is trained."
+                "(docs/gpt-models/data.md, nanoGPT .bin files), or use text data so that a "
+                "tokenizer is trained."
             )
         return None
     meta = _parse(side)
@@ -108,7 +109,8 @@ def _parse(side: Path) -> BinMeta:
 
 _FORMAT = (
     'Expected e.g. {"tokenizer": "byte", "vocab_size": 256} or {"tokenizer": "bpe", '
-    '"vocab_size": 2048, "tokenizer_file": "tokenizer.json"} (docs/gpt_models.md, Data).'
+    '"vocab_size": 2048, "tokenizer_file": '
+    '"tokenizer.json"} (docs/gpt-models/data.md, nanoGPT .bin files).'
 )
 
 

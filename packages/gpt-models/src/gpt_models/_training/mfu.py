@@ -92,5 +92,5 @@ def unknown_peak_note(devices: Sequence[Any], override: float = 0.0) -> str | No
     )
     return (
         f"note: no MFU shown: the peak FLOP/s of {kind!r} is unknown ({why}). Pass one with "
-        "--set log.peak_flops=<FLOP/s per device> (see docs/gpt_models.md, MFU)."
+        "--set log.peak_flops=<FLOP/s per device> (see docs/gpt-models/performance.md, MFU)."
     )
