@@ -93,8 +93,11 @@ def _interrupt_at(
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpt_models", "train", "--name", "x", "--set", "train.steps=3000",
          "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.seq_len=32",
-         "--set", "train.batch_size=4", *extra],
+         "--set", "train.batch_size=8", *extra],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # As from a terminal: a test runner started in the background ignores SIGINT, and a
+        # child would inherit that (gpt honours an ignored SIGINT, as background jobs expect).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     time.sleep(seconds)
     sent = time.monotonic()
@@ -119,7 +122,7 @@ def test_ctrl_c_at_start_stops_gpt_train_within_seconds(tmp_path, patience, seco
             [sys.executable, "-m", "gpt_models", "train", "--name", "x", "--auto-resume",
              "--dry-run", "--set", "train.steps=3000", "--set", "model.d_model=32",
              "--set", "model.n_layers=1", "--set", "model.seq_len=32",
-             "--set", "train.batch_size=4"],
+             "--set", "train.batch_size=8"],
             cwd=tmp_path, text=True,
         )  # fmt: skip
         assert again.returncode == 0, again.stderr

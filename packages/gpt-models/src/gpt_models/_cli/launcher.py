@@ -97,6 +97,10 @@ def restart_if_useful(command: str) -> None:
     # A Ctrl-C during the restart stays pending (the mask survives exec) until the new process has
     # its handler (stop_on_first_interrupt), instead of landing in its interpreter's start-up.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    if _interrupted["deferred"]:  # one held back (in an import) would die with this process
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        _interrupted["raised"] = True
+        raise KeyboardInterrupt
     # argv[0] is this interpreter's own path: Python finds its environment (a venv) from it.
     try:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
@@ -144,11 +148,12 @@ def was_interrupted() -> bool:
     return _interrupted["raised"]
 
 
-_interrupted = {"raised": False}
+_interrupted = {"raised": False, "deferred": False}
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     if _in_swallowing_callback(frame):
+        _interrupted["deferred"] = True  # raised again soon (a thread sends it once more)
         threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signum)).start()
         return
     _interrupted["raised"] = True
@@ -190,5 +195,10 @@ def console() -> int:
     except (KeyboardInterrupt, Exception):
         if not was_interrupted():
             raise
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopping: a re-sent one has nothing to stop
         print("\ngpt: interrupted (Ctrl-C); stopped before finishing.", file=sys.stderr)
-        return 130
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Every `finally` has run on the way here. The interpreter's own teardown is skipped: with
+        # XLA still compiling on its threads it crashed (SIGSEGV) instead of exiting 130.
+        os._exit(130)
