@@ -106,6 +106,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _set_arg(p: argparse.ArgumentParser, help: str) -> None:
+    """``--set KEY=VALUE`` (repeatable), every command's way to change a config key."""
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help
+    )
+
+
 def _config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config",
@@ -113,13 +120,9 @@ def _config_args(p: argparse.ArgumentParser) -> None:
         metavar="PRESET|FILE.toml",
         help=f"a preset ({', '.join(PRESETS)}) or a TOML file; default tiny",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set model.d_model=256 (repeatable; "
+    _set_arg(
+        p,
+        "override a config key, e.g. --set model.d_model=256 (repeatable; "
         "`gpt config show` lists every key)",
     )
 
@@ -237,14 +240,7 @@ def _run_args(p: argparse.ArgumentParser, keys: str, example: str) -> None:
     )
     # The positional form (`gpt sample runs/x`) predates --run; kept working, left out of --help.
     p.add_argument("run_dir", nargs="?", default=None, help=argparse.SUPPRESS)
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help=f"override {keys} of the run's config, e.g. --set {example} (repeatable)",
-    )
+    _set_arg(p, f"override {keys} of the run's config, e.g. --set {example} (repeatable)")
 
 
 def _sample_parser(p: argparse.ArgumentParser) -> None:
