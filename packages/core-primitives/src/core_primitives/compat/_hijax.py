@@ -42,7 +42,9 @@ if call_hi_primitive_p is not None:
     from jax._src import ad_checkpoint as _ad_checkpoint
     from jax._src.lax.control_flow import loops as _loops
 
-    RematTraced, Scan3 = _ad_checkpoint.RematTraced, _loops.Scan3
+    # Each arrived in its own release: RematTraced in 0.9, Scan3 in 0.10 (0.8 has neither).
+    RematTraced = getattr(_ad_checkpoint, "RematTraced", None)
+    Scan3 = getattr(_loops, "Scan3", None)
 
 # ``eval_jaxpr``: the call primitive a ``jax.stages.Traced`` binds when called, 0.12+ (where it is
 # also ``closed_call_p``: one object, one rule). ``None`` where JAX does not have it.
