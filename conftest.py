@@ -70,6 +70,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "interop: compares with torch, transformers, peft or trl (skips where they are missing); "
+        "`nox -s interop` installs them and runs exactly these tests (-m interop)",
+    )
+    config.addinivalue_line(
+        "markers",
         "next_flag_gap(flag, reason): with that JAX flag on (JAX_NEXT_FLAGS), JAX itself computes "
         "this test's program wrongly; a strict xfail, so a JAX that fixes it makes the test fail",
     )

@@ -19,13 +19,15 @@ Python 3.11, 3.12 and 3.13 are supported. What the default sessions run, where (
                                                             venv: ~70 packages nothing else needs)
     next_primitives      3.13     the locked one (0.12)     NEXT_FLAG_SUITES once per JAX flag
                                                             for its next primitives (NEXT_FLAGS)
+    interop              3.11     the locked one (0.10.2)   the tests marked `interop` (torch CPU,
+                                                            transformers, peft: INTEROP_TESTS)
 
 A new JAX release is one line: lock it (`uv lock --upgrade-package jax`; `tests` then runs on
 it) and add the version it replaces to JAX_MATRIX, with the Python it needs.
 
 Not in the default list: `integration_gpu`, `integration_tpu` and `bench_gpu` install the JAX
 extra pinned to the locked JAX and fail where no such device exists (they are for the self-hosted
-runners of `.github/workflows/accelerators.yml`); `interop` installs torch, transformers and peft;
+runners of `.github/workflows/accelerators.yml`);
 `bench` runs the benchmarks. How the sessions work (interpreters, venvs, installs) is in
 `.ci/nox_helpers.py`.
 """
@@ -55,6 +57,7 @@ nox.options.sessions = [
     "wheels",
     "lm_eval",
     "next_primitives",
+    "interop",
 ]
 
 ROOT = h.ROOT
@@ -330,33 +333,34 @@ def bench_gpu(session: nox.Session) -> None:
     session.run("python", script, "--gpu-only", "--out", out, env={**h.ENV, "JAX_PLATFORMS": ""})
 
 
+# The test files holding `interop`-marked tests (torch, transformers, peft, trl); `interop` runs
+# only those tests (-m interop), the rest of each file runs in `tests`. A .ci test keeps it whole.
+INTEROP_TESTS = [
+    "packages/gpt-models/tests/test_hf.py",
+    "packages/gpt-models/tests/test_hf_families.py",
+    "packages/gpt-models/tests/test_sft_data.py",
+    "packages/gpt-models/tests/test_chat_format.py",
+    "packages/gpt-models/tests/test_lora.py",
+]
+
+
 @nox.session(python="3.11")
 def interop(session: nox.Session) -> None:
-    """Hugging Face interop (opt-in, not in the default list: it installs torch + transformers
-    + peft).
+    """Hugging Face interop with torch (CPU), transformers and peft: the `interop`-marked tests.
 
-    Exports trained tiny GPT-2- and Llama-shaped runs and checks transformers' logits and greedy
-    tokens on them, gpt prepare's chat-template ids against ``apply_chat_template``, an exported
-    chat run's ``apply_chat_template`` prompt and ``generate`` stopping at its end-of-turn token,
-    and peft's logits with an exported LoRA adapter on the exported base model; imports tiny
-    random Qwen2, Qwen3, Mistral, OLMo 2, Gemma 2 and Gemma 3 checkpoints made by transformers
-    and checks logits, greedy tokens and the export's reload (test_hf_families.py); ``-- regen``
-    also rewrites the golden folders under gpt-models' tests/data.
+    Every family's import/export parity against transformers (test_hf_families.py), transformers'
+    generate on an export, the chat-template ids against ``apply_chat_template``, peft's logits
+    with an exported LoRA adapter; then check_hf_interop.py (tiny trained GPT-2- and Llama-shaped
+    runs exported and reloaded). ``-- regen`` also rewrites the golden folders under gpt-models'
+    tests/data.
     """
     h.sync_locked(session, session.virtualenv.location, "dev")
     session.install(*_torch_cpu(), "transformers", "peft")
     data = ROOT / "packages" / "gpt-models" / "tests" / "data"
     if "regen" in session.posargs:
         session.run("python", str(data / "make_hf_golden.py"), env=h.ENV)
+    session.run(*h.PYTEST, "-m", "interop", *INTEROP_TESTS, env=h.ENV)
     session.run("python", str(data / "check_hf_interop.py"), env=h.ENV)
-    # test_sft_data.py: the chat-template ids against transformers' apply_chat_template;
-    # test_chat_format.py: an exported chat run's apply_chat_template and generate's stop;
-    # test_lora.py -k peft: peft loads an exported adapter with our logits
-    session.run(*h.PYTEST, "packages/gpt-models/tests/test_hf.py",
-                "packages/gpt-models/tests/test_hf_families.py",
-                "packages/gpt-models/tests/test_sft_data.py",
-                "packages/gpt-models/tests/test_chat_format.py", env=h.ENV)  # fmt: skip
-    session.run(*h.PYTEST, "packages/gpt-models/tests/test_lora.py", "-k", "peft", env=h.ENV)
 
 
 def _torch_cpu() -> list[str]:

@@ -76,3 +76,51 @@ def test_every_matrix_integration_test_exists_and_the_fault_suite_is_not_one():
     # The rest of integration_tests/ (the fault suite) runs in `tests` only.
     every = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "integration_tests").glob("test_*.py"))
     assert set(listed) < set(every)
+
+
+_INTEROP_LIBS = {"torch", "transformers", "peft", "trl"}
+
+
+def _needs_interop(node: ast.AST) -> bool:
+    """Whether ``node`` calls ``pytest.importorskip`` on one of the interop libraries."""
+    return any(
+        isinstance(call, ast.Call)
+        and getattr(call.func, "attr", None) == "importorskip"
+        and call.args
+        and isinstance(call.args[0], ast.Constant)
+        and call.args[0].value in _INTEROP_LIBS
+        for call in ast.walk(node)
+    )
+
+
+def _marked(node: ast.FunctionDef) -> bool:
+    return any("mark.interop" in ast.unparse(d) for d in node.decorator_list)
+
+
+def test_every_test_needing_torch_or_transformers_is_marked_interop_and_listed():
+    # `nox -s interop` runs `-m interop` over INTEROP_TESTS only: a test that importorskips torch,
+    # transformers, peft or trl without the mark, or in a file not listed, would skip everywhere.
+    listed = set(_literal("INTEROP_TESTS"))
+    unmarked, unlisted = [], set()
+    for path in sorted(ROOT.glob("packages/*/tests/**/test_*.py")):
+        tree = ast.parse(path.read_text())
+        top = [n for n in tree.body if not isinstance(n, ast.FunctionDef | ast.ClassDef)]
+        whole_module = any(_needs_interop(n) for n in top)  # a module-level importorskip
+        module_mark = any(
+            isinstance(n, ast.Assign)
+            and getattr(n.targets[0], "id", None) == "pytestmark"
+            and "mark.interop" in ast.unparse(n.value)
+            for n in top
+        )
+        rel = str(path.relative_to(ROOT))
+        for n in ast.walk(tree):
+            if not (isinstance(n, ast.FunctionDef) and n.name.startswith("test_")):
+                continue
+            if whole_module or _needs_interop(n):
+                if not (module_mark or _marked(n)):
+                    unmarked.append(f"{rel}::{n.name}")
+                if rel not in listed:
+                    unlisted.add(rel)
+    assert unmarked == [], "add @pytest.mark.interop to these tests"
+    assert sorted(unlisted) == [], "add these files to INTEROP_TESTS in noxfile.py"
+    assert listed <= {str(p.relative_to(ROOT)) for p in ROOT.glob("packages/*/tests/**/*.py")}

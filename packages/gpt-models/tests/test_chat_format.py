@@ -295,6 +295,7 @@ def test_a_run_on_a_store_that_does_not_record_its_template_says_how_to_fix_it(
     )
 
 
+@pytest.mark.interop
 def test_export_of_a_chat_run_carries_its_template_and_stops_at_the_end_of_a_turn(
     chat_run, tmp_path, capsys
 ):

@@ -226,6 +226,7 @@ def test_export_modes_follow_the_umask(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(modes)  # no partial folder left
 
 
+@pytest.mark.interop
 def test_transformers_generate_stops_at_the_end_of_text(tmp_path, capsys):
     """A byte-level run trained on a store of one short document learns to end it with NUL; the
     export names NUL as eos, so transformers' generate stops right after the document's end."""

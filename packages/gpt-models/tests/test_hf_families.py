@@ -30,6 +30,7 @@ from gpt_models import (
     main,
 )
 
+pytestmark = pytest.mark.interop
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

@@ -442,6 +442,7 @@ def test_adapter_export_never_overwrites(lora_run, tmp_path, capsys, error_line)
 
 # peft and transformers warn about each other's deprecations (peft reads transformers'
 # is_gradient_checkpointing): theirs, not ours.
+@pytest.mark.interop
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 @pytest.mark.parametrize(("preset", "targets"), [("llama-tiny", "attn,mlp"),
                                                  ("gpt2-small", "q,v,o,up")])  # fmt: skip

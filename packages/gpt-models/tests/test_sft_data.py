@@ -126,6 +126,7 @@ def test_a_chat_template_renders_to_the_ids_worked_out_by_hand(tmp_path, chat_to
     assert counted == ["hello", " ", "</s>", "fine", " ", "</s>"]
 
 
+@pytest.mark.interop
 def test_chat_template_ids_equal_transformers_apply_chat_template(tmp_path, chat_tokenizer):
     """The ids gpt prepare writes for a conversation are transformers' ``apply_chat_template``'s,
     for a word-level and a byte-level BPE tokenizer (runs where transformers is installed: the
