@@ -3,6 +3,7 @@
 import paramspec
 
 EXPECTED = {
+    "Cluster",
     "ParamInitializer",
     "ParamSpec",
     "ProcessInfo",
@@ -10,6 +11,7 @@ EXPECTED = {
     "ShardingError",
     "abstract",
     "constrain",
+    "detect_cluster",
     "init",
     "init_sharded",
     "initialize_distributed",

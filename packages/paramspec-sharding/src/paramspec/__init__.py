@@ -5,6 +5,8 @@ map logical axes to mesh axes with :class:`Rules`, and create every array direct
 layout with :func:`init`.
 """
 
+from ._cluster import Cluster as Cluster
+from ._cluster import detect_cluster as detect_cluster
 from ._distributed import ProcessInfo as ProcessInfo
 from ._distributed import initialize_distributed as initialize_distributed
 from ._distributed import make_global_batch as make_global_batch

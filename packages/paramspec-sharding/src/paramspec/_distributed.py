@@ -13,6 +13,7 @@ from jax.sharding import Mesh
 
 from core_primitives import format_path, keypath_to_path
 
+from ._cluster import detect_cluster
 from ._rules import as_rules, check_mesh, raise_if_problems, resolve
 
 logger = logging.getLogger(__name__)
@@ -53,21 +54,25 @@ def initialize_distributed(
     num_processes: int | None = None,
     process_id: int | None = None,
     local_device_ids: int | Sequence[int] | None = None,
+    *,
+    cluster: str = "auto",
     **kwargs: Any,
 ) -> ProcessInfo:
     """Start ``jax.distributed`` from arguments, the environment, or cluster auto-detection.
 
     Each argument left ``None`` is read from ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``
-    and ``JAX_PROCESS_ID``. When none is set anywhere, ``jax.distributed.initialize()`` tries its
-    cluster auto-detection (SLURM, Open MPI, TPU pods, ...); if that finds no cluster, the program
-    runs as a single process, so one script works on a laptop and on a pod. A second call is a
-    no-op. Call it first thing, before any other JAX call.
+    and ``JAX_PROCESS_ID``. When none is set anywhere, the cluster is detected as
+    ``jax.distributed.initialize()`` detects it (:func:`detect_cluster`: SLURM, Open MPI, TPU pods,
+    Kubernetes); if there is none, the program runs as a single process, so one script works on a
+    laptop and on a pod. A second call is a no-op. Call it first thing, before any other JAX call.
 
     Args:
         coordinator_address: ``host:port`` of process 0.
         num_processes: the number of processes.
         process_id: this process's index, ``0 <= process_id < num_processes``.
         local_device_ids: the devices this process drives (default: all it sees).
+        cluster: which cluster to detect when no argument or variable configures the processes:
+            ``"auto"``, ``"none"`` (one process), ``"slurm"``, ``"mpi"``, ``"k8s"`` or ``"tpu"``.
         **kwargs: passed to ``jax.distributed.initialize`` (e.g. ``initialization_timeout``).
 
     Returns:
@@ -76,7 +81,9 @@ def initialize_distributed(
     Raises:
         ValueError: an environment variable holds no integer, the configuration is incomplete,
             ``process_id`` is not in ``[0, num_processes)``, or ``coordinator_address`` is not
-            ``host:port`` (all checked before anything waits for a peer).
+            ``host:port`` (all checked before anything waits for a peer); the SLURM variables
+            are incomplete, or the cluster named by ``cluster`` is not there
+            (:func:`detect_cluster`).
         RuntimeError: JAX already ran a computation in this process.
 
     Example:
@@ -90,8 +97,12 @@ def initialize_distributed(
     if jax.distributed.is_initialized():
         return process_info()
     args = _from_env(coordinator_address, num_processes, process_id)
-    if all(v is None for v in args.values()) and local_device_ids is None and not kwargs:
-        return _auto_detect()
+    if all(v is None for v in args.values()) and local_device_ids is None:
+        found = detect_cluster(cluster, timeout_s=kwargs.get("initialization_timeout", 300))
+        if found is None:
+            logger.info("initialize_distributed: no cluster detected; running one process.")
+            return process_info()
+        args = dict(zip(_ENV, found[1:4]))
     _check_args(args)
     _initialize(dict(args, local_device_ids=local_device_ids, **kwargs))
     return process_info()
@@ -155,15 +166,6 @@ def _env_int(var: str) -> int:
             f"initialize_distributed(): environment variable {var}={value!r} is not an integer. "
             f"Set it to a number, e.g. {var}=0, or pass the argument explicitly."
         ) from None
-
-
-def _auto_detect() -> ProcessInfo:
-    try:
-        jax.distributed.initialize()
-    except ValueError as err:
-        # No cluster detected (jax: "coordinator_address should be defined"): one process.
-        logger.info("initialize_distributed: no cluster detected (%s); running one process.", err)
-    return process_info()
 
 
 def _initialize(args: dict[str, Any]) -> None:

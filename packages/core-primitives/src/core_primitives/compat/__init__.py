@@ -8,13 +8,15 @@ higher-order primitives, which changed shape across releases).
 Supported range: JAX 0.7.2 (the floor: orbax-checkpoint >= 0.12 breaks below it) to 0.12.x,
 with or without 0.12's flags for its next primitives (``NEXT_FLAGS``). The shims live by concern:
 jaxprs and their equations (``_jaxpr``), those next primitives (``_hijax``), rules for a primitive
-(``_rules``), effects (``_effects``), the backend at run time (``_backend``).
+(``_rules``), effects (``_effects``), the backend at run time (``_backend``), the cluster
+environments that ``jax.distributed`` detects (``_clusters``).
 """
 
 from ._backend import backends_initialized as backends_initialized
 from ._backend import unrolled_threefry_on_cpu as unrolled_threefry_on_cpu
 from ._backend import xla_cpu_remats_unrolled_layers as xla_cpu_remats_unrolled_layers
 from ._backend import xla_cpu_xnn_fusion_supported as xla_cpu_xnn_fusion_supported
+from ._clusters import cluster_environments as cluster_environments
 from ._effects import make_effect as make_effect
 from ._effects import make_ordered_effect as make_ordered_effect
 from ._effects import register_ordered_callback_lowering as register_ordered_callback_lowering

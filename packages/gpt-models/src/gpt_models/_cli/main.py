@@ -182,6 +182,14 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
         "or ui.perfetto.dev",
     )
     p.add_argument(
+        "--cluster",
+        default="auto",
+        choices=("auto", "none", "slurm", "mpi", "k8s", "tpu"),
+        help="multi-host without --coordinator: find the other processes the way "
+        "jax.distributed does (SLURM, Open MPI's mpirun, Kubernetes, TPU pods); auto tries "
+        "each, none trains as one process; default auto",
+    )
+    p.add_argument(
         "--coordinator",
         default=None,
         metavar="HOST:PORT",

@@ -7,9 +7,13 @@ import argparse
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._config.toml import parse_set
 from .._errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from paramspec import Cluster
 
 
 def train_overrides(args: argparse.Namespace) -> dict[str, str]:
@@ -110,22 +114,39 @@ def _count(flag: str, value: int | None, env: str) -> int | None:
 
 
 def maybe_distributed(args: argparse.Namespace) -> None:
-    # Only when asked: auto-detection is for clusters and must not slow down a laptop run.
-    if args.coordinator or args.num_processes or os.environ.get("JAX_COORDINATOR_ADDRESS"):
-        from .._distributed import startup
+    """Join the other processes of the run: those the flags or ``JAX_*`` variables name, else the
+    cluster that ``--cluster`` detects (``paramspec.detect_cluster``); else run as one process."""
+    cluster = None
+    if not (args.coordinator or args.num_processes or os.environ.get("JAX_COORDINATOR_ADDRESS")):
+        cluster = _detect(args.cluster, math.ceil(args.init_timeout))
+        if cluster is None:
+            return
+    from .._distributed import startup
 
-        try:
-            startup.start(
-                args.coordinator,
-                args.num_processes,
-                args.process_id,
-                init_timeout=args.init_timeout,
-                heartbeat_timeout=math.ceil(args.heartbeat_timeout),
-            )
-        except ValueError as err:  # paramspec.initialize_distributed's checks of the arguments
-            raise UsageError(
-                f"gpt train --coordinator/--num-processes/--process-id: {err}"
-            ) from err
+    try:
+        startup.start(
+            args.coordinator,
+            args.num_processes,
+            args.process_id,
+            init_timeout=args.init_timeout,
+            heartbeat_timeout=math.ceil(args.heartbeat_timeout),
+            cluster=cluster,
+        )
+    except ValueError as err:  # paramspec.initialize_distributed's checks of the arguments
+        raise UsageError(f"gpt train --coordinator/--num-processes/--process-id: {err}") from err
+
+
+def _detect(kind: str, timeout_s: int) -> Cluster | None:
+    if kind == "none":
+        return None
+    import paramspec as ps
+
+    try:
+        return ps.detect_cluster(kind, timeout_s=timeout_s)
+    except ValueError as err:
+        raise UsageError(
+            f"gpt train --cluster {kind}: {err} Or pass --cluster none to train as one process."
+        ) from err
 
 
 def _parse_mesh(text: str) -> dict[str, str]:

@@ -24,9 +24,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from .._errors import UsageError
+from .processes import note_job
+
+if TYPE_CHECKING:
+    from paramspec import Cluster
 
 # Exit status of a multi-process failure: start-up timed out, or a peer was lost. Distinct from 2
 # (a mistake in the command) because relaunching the same command may well work.
@@ -97,23 +101,30 @@ def start(
     *,
     init_timeout: float,
     heartbeat_timeout: int,
+    cluster: Cluster | None = None,
     stream: TextIO | None = None,
 ) -> None:
     """Join the multi-process run, or exit with status 3 and a message within ``init_timeout`` s.
 
     ``None`` arguments come from ``JAX_COORDINATOR_ADDRESS`` / ``JAX_NUM_PROCESSES`` /
-    ``JAX_PROCESS_ID`` (read by ``paramspec.initialize_distributed``).
+    ``JAX_PROCESS_ID``, then from the detected ``cluster`` (flags and variables win).
     """
     import paramspec as ps
 
     stream = stream or sys.stderr
     address = address or os.environ.get("JAX_COORDINATOR_ADDRESS")
-    n = num_processes if num_processes is not None else os.environ.get("JAX_NUM_PROCESSES")
-    i = process_id if process_id is not None else os.environ.get("JAX_PROCESS_ID")
-    who = f"process {i} of {n}"
+    n = num_processes if num_processes is not None else _env_int("JAX_NUM_PROCESSES")
+    i = process_id if process_id is not None else _env_int("JAX_PROCESS_ID")
+    if cluster is not None:
+        address = address or cluster.coordinator_address
+        n = cluster.num_processes if n is None else n
+        i = cluster.process_id if i is None else i
+        cluster = cluster._replace(coordinator_address=address, num_processes=n, process_id=i)
+    who = cluster.describe() if cluster else f"process {i} of {n}"
+    where = "" if cluster else f" the coordinator at {address}"
     deadline = time.monotonic() + init_timeout
     print(
-        f"{who}: waiting for all {n} processes to join the coordinator at {address} "
+        f"{who}: waiting for all {n} processes to join{where} "
         f"(giving up after {init_timeout:g} s, --init-timeout)",
         file=stream,
         flush=True,
@@ -121,26 +132,59 @@ def start(
     if address and str(i) not in ("0", "None") and not _wait_for_port(address, deadline):
         _fail(
             f"{who}: no coordinator is listening at {address} after {init_timeout:g} s. Process 0 "
-            "hosts it: start process 0 with the same --coordinator (it must be reachable from "
-            "this host at that address and port), or raise --init-timeout if it starts later.",
+            f"hosts it: {_start_hint(cluster)} (it must be reachable from this host at that "
+            "address and port), or raise --init-timeout if it starts later.",
             stream,
         )
     left = max(deadline - time.monotonic(), 0.0)
     with _watchdog(
         left,
         f"{who}: gave up after {init_timeout:g} s waiting for all {n} processes to join the "
-        f"coordinator at {address}; not every process arrived. Check that every process was "
-        f"started with --num-processes {n}, the same --coordinator and a distinct --process-id "
-        f"in 0..{_last(n)}, or raise --init-timeout if some start later.",
+        f"coordinator at {address}; not every process arrived. {_join_hint(cluster, n)}, or "
+        "raise --init-timeout if some start later.",
         stream,
     ):
         ps.initialize_distributed(
             address,
-            num_processes,
-            process_id,
+            n,
+            i,
             initialization_timeout=int(left) + _JAX_MARGIN_S,
             heartbeat_timeout_seconds=heartbeat_timeout,
         )
+    note_job(str(address), int(str(n)))
+
+
+def _env_int(var: str) -> int | None:
+    text = os.environ.get(var)
+    return int(text) if text and text.strip().isdigit() else None
+
+
+# What tells each process of a detected cluster its place: named when a peer does not arrive.
+_SCHEDULER_VARS = {
+    "slurm": "SLURM_NTASKS, SLURM_PROCID and SLURM_STEP_NODELIST",
+    "mpi": "OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_RANK and OMPI_MCA_orte_hnp_uri",
+    "k8s": "the Job's completions, JOB_COMPLETION_INDEX and its headless service",
+    "tpu": "TPU_WORKER_ID and TPU_WORKER_HOSTNAMES",
+}
+
+
+def _start_hint(cluster: Cluster | None) -> str:
+    if cluster is None:
+        return "start process 0 with the same --coordinator"
+    return f"check that task 0 of {cluster.job} started and runs the same command"
+
+
+def _join_hint(cluster: Cluster | None, n: object) -> str:
+    if cluster is None:
+        return (
+            f"Check that every process was started with --num-processes {n}, the same "
+            f"--coordinator and a distinct --process-id in 0..{_last(n)}"
+        )
+    return (
+        f"Check that {cluster.job} started all {n} tasks with the same command (the scheduler's "
+        f"{_SCHEDULER_VARS[cluster.kind]} tell each process its place; JAX_COORDINATOR_PORT "
+        "moves the coordinator's port if another job holds it)"
+    )
 
 
 def _last(n: object) -> str:

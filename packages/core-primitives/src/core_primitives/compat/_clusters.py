@@ -1,0 +1,29 @@
+"""The cluster environments ``jax.distributed.initialize()`` detects on its own.
+
+JAX 0.7.2 .. 0.12 keep them as ``ClusterEnv`` subclasses in ``jax._src.clusters`` (class methods
+``is_env_present``, ``get_coordinator_address(timeout_secs, override_coordinator_port)``,
+``get_process_count``, ``get_process_id``). Public JAX only offers
+``jax.distributed.initialize(cluster_detection_method=NAME)``, which neither says what it found
+before it waits for peers nor names the Kubernetes class (it has no ``name``). This shim can go
+when JAX publishes the detection.
+"""
+
+from __future__ import annotations
+
+from jax._src import clusters as _clusters
+
+# Our names for the schedulers -> JAX's classes, in the order JAX itself tries them.
+_CLASSES = {
+    "mpi": ("OmpiCluster",),
+    "slurm": ("SlurmCluster",),
+    "tpu": ("GkeTpuCluster", "GceTpuCluster"),
+    "k8s": ("K8sCluster",),
+}
+
+
+def cluster_environments() -> dict[str, tuple[type, ...]]:
+    """``{"mpi" | "slurm" | "tpu" | "k8s": JAX's ClusterEnv classes for it}``, in JAX's order."""
+    return {
+        kind: tuple(getattr(_clusters, name) for name in names if hasattr(_clusters, name))
+        for kind, names in _CLASSES.items()
+    }
