@@ -16,8 +16,9 @@ HOLDER = """
 import fcntl, json, os, sys
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
 fcntl.flock(fd, fcntl.LOCK_EX)
+job = sys.argv[2] if len(sys.argv) > 2 else None
 os.write(fd, json.dumps({"pid": os.getpid(), "hostname": "node7", "started": "then",
-                         "command": "gpt train --name x"}).encode())
+                         "command": "gpt train --name x", "job": job}).encode())
 print("locked", flush=True)
 sys.stdin.read()
 """
@@ -33,12 +34,13 @@ def small(small):
     )
 
 
-@pytest.fixture
-def held_run(tmp_path, patience):
+@pytest.fixture(params=[None])
+def held_run(tmp_path, patience, request):
     run = tmp_path / "run"
     run.mkdir()
+    job = [request.param] if request.param else []
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(run / "lock")],
+        [sys.executable, "-c", HOLDER, str(run / "lock"), *job],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert holder.stdout.readline() == "locked\n"
@@ -74,6 +76,22 @@ def test_cli_exits_2_for_a_live_run(held_run, capsys):
     assert main(["train", "--out", str(run.parent), "--name", "run"]) == 2
     err = capsys.readouterr().err
     assert f"gpt: error: Run folder {run} is in use: pid {pid}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("held_run", ["10.0.0.9:1234 (2 processes)"], indirect=True)
+def test_a_process_of_another_job_is_refused_and_one_of_the_same_job_joins(held_run):
+    # A process > 0 takes no lock: it joins the run its job's process 0 holds. Held by another
+    # job (a two-process job at 10.0.0.9 here; this single process's job is None), it is refused.
+    from gpt_models.internal import runs_lock
+
+    run, pid = held_run
+    with pytest.raises(RunInUseError, match=f"Run folder {run} is in use: pid {pid} on host node7"):
+        runs_lock.check_joinable(run)
+    lock = json.loads((run / "lock").read_text())
+    (run.parent / "other").mkdir()
+    (run.parent / "other" / "lock").write_text(json.dumps({**lock, "job": None}))
+    runs_lock.check_joinable(run.parent / "other")  # its own process 0 (not alive here): joins
+    runs_lock.check_joinable(run.parent / "nothing")  # no folder yet: process 0 makes it
 
 
 def test_a_lock_left_by_a_dead_process_is_taken_over_with_a_notice(tmp_path, small, capsys):

@@ -12,6 +12,9 @@ Modules, for a test that patches a name where the code looks it up:
   the loop then runs). Tests patch it to fail a step on demand.
 - ``training_loop``: where ``run_training`` finds ``run_lock`` and ``plot_losses``. Tests patch them
   to plant a file just before the lock is taken, and to send a signal right after the loss plot.
+- ``runs_lock``: the run folder's lock (``_runs/lock.py``); ``check_joinable``, what a process > 0
+  of a multi-process job checks before it joins process 0's run, is tested without a second
+  process (a single process's job identity is ``None``).
 - ``launcher``: the ``gpt`` program's start (``_cli/launcher.py``): the CPU restart's pure
   decision and its clean-up, tested without a subprocess, and its ``os``/``platform`` lookups,
   which a test patches to make a restart fail.
@@ -32,6 +35,7 @@ from ._cli.main import _parser as cli_parser
 from ._config.schema import CHOICES as CONFIG_CHOICES
 from ._config.toml import key_meanings
 from ._data import prepare as data_prepare
+from ._runs import lock as runs_lock
 from ._runs.digest import PendingDigest, read_digest
 from ._runs.digest import verify as verify_digest
 from ._training import loop as training_loop
@@ -45,6 +49,7 @@ __all__ = [
     "key_meanings",
     "launcher",
     "read_digest",
+    "runs_lock",
     "training_loop",
     "training_plans",
     "verify_digest",

@@ -26,7 +26,7 @@ from .._config.schema import Config
 from .._distributed.processes import is_primary
 from .._errors import UsageError
 from .folders import check_run_target
-from .lock import check_not_in_use
+from .lock import check_joinable, check_not_in_use
 from .snapshot import committed_steps
 
 # The run's subfolders a launch writes into; a resumed launch needs each to be writable.
@@ -56,6 +56,8 @@ def check_launch(cfg: Config, run: Path, *, resume: bool) -> Launch:
     if is_primary():
         check_run_target(run, resume=resume)
         check_not_in_use(run)
+    else:
+        check_joinable(run)
     steps = committed_steps(run / "checkpoints")
     if steps and not resume:
         raise holds_checkpoints(run, steps)

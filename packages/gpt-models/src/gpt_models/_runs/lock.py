@@ -5,6 +5,10 @@ Why ``flock`` and not a pid file: the kernel drops the lock when its process die
 and taking it is atomic, so two launches a moment apart cannot both get it. The file also holds JSON
 naming the holder (pid, host, start time, command) so a refused launch can say who runs the folder;
 a file left by a process that died is how we recognise (and report) a take-over.
+
+A multi-process job trains one run: its process 0 holds the lock and writes the folder, and the
+others join it (:func:`check_joinable`). They take no lock, but one that finds the folder held by
+a live process of another job (the JSON names the holder's job) is refused like a second launch.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._distributed.processes import job_identity
 from .._errors import UsageError
 
 LOCK_NAME = "lock"
@@ -38,6 +43,7 @@ def _holder() -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": shlex.join(sys.argv),
+        "job": job_identity(),
     }
 
 
@@ -91,6 +97,53 @@ def check_not_in_use(run: Path) -> None:
         os.close(fd)  # closing drops a lock we took
 
 
+def check_joinable(run: Path) -> None:
+    """Refuse a process > 0 of a multi-process job if a live process of another job holds ``run``
+    (takes nothing: this job's own process 0 holds, or is about to take, the lock).
+
+    Raises:
+        RunInUseError: the holder's job is not this process's job, and it is alive.
+    """
+    path = run / LOCK_NAME
+    holder = _read_holder(path)
+    if holder is None or holder.get("job") == job_identity():
+        return  # free, not written yet, or held by this job's process 0: join it
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        # A shared probe, dropped at once; process 0 retries a probe it meets (_open_locked).
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _in_use(path) from None
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def join_run(run: Path) -> Iterator[None]:
+    """What a process > 0 holds while it trains: nothing, once :func:`check_joinable` passed."""
+    check_joinable(run)
+    yield
+
+
+def _flock_patiently(fd: int) -> None:
+    """An exclusive flock, retried for a moment: a joining process's probe holds it briefly."""
+    for _ in range(_PROBE_RETRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.05)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+_PROBE_RETRIES = 10
+
+
 def _open_locked(path: Path) -> int:
     """An fd of ``path`` holding its exclusive flock, or RunInUseError if another process holds
     it."""
@@ -107,7 +160,7 @@ def _open_locked(path: Path) -> int:
                 "again."
             ) from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_patiently(fd)
         except BlockingIOError:
             os.close(fd)
             raise _in_use(path) from None

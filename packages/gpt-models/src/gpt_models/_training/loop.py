@@ -11,7 +11,6 @@ evaluation and sampling are the command's hooks (``hooks.py``).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import math
@@ -39,7 +38,7 @@ from .._runs.checkpoint import CapturedLogs, Checkpointer
 from .._runs.diskfull import disk_full_message
 from .._runs.folders import write_text
 from .._runs.launch import carry_records, holds_checkpoints
-from .._runs.lock import run_lock
+from .._runs.lock import join_run, run_lock
 from .._runs.resolve import check_same_stores
 from .._runs.run import Run
 from .._runs.runlog import log_failure
@@ -99,7 +98,8 @@ def run_training(
             folder.mkdir(parents=True, exist_ok=True)
         # Held until training ends, and taken before looking for checkpoints, so that of two
         # launches into one run folder only one gets past this line (process 0 writes for all).
-        with run_lock(folder, stream=stream) if is_primary() else contextlib.nullcontext():
+        # The other processes of a job join process 0's run (refused if another job holds it).
+        with run_lock(folder, stream=stream) if is_primary() else join_run(folder):
             ckpt = Checkpointer(folder / "checkpoints", keep=run.config.train.keep_checkpoints)
             try:
                 return _run_steps(run, plan, hooks, ckpt, at, stream)
