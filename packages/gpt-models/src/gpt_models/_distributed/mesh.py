@@ -57,10 +57,24 @@ def make_mesh(cfg: MeshConfig, devices: Any = None) -> Mesh:
             f"Impossible mesh: mesh.data={cfg.data}, mesh.fsdp={cfg.fsdp}, "
             f"mesh.tensor={cfg.tensor} "
             f"needs {known if -1 not in sizes else f'a multiple of {known}'} devices, but {n} are "
-            f"available ({devices[0].platform}). The sizes must multiply to {n}; -1 on one axis "
+            f"available ({_where(devices)}). The sizes must multiply to {n}; -1 on one axis "
             f"means 'the rest'. Shapes that fit: {_suggestions(n)}."
         )
     return ps.make_mesh(sizes, MESH_AXES, devices=devices)
+
+
+def _where(devices: list[Any]) -> str:
+    """``cpu``, or ``2 processes x 2 cpu devices`` for the devices of a multi-process job."""
+    processes = len({d.process_index for d in devices})
+    if processes == 1:
+        return devices[0].platform
+    return f"{processes} processes x {len(devices) // processes} {devices[0].platform} devices"
+
+
+def check_mesh(cfg: MeshConfig) -> None:
+    """Refuse mesh sizes whose product is not the job's device count (every process's devices),
+    before a launch reads data or compiles anything (:func:`make_mesh`'s ConfigError)."""
+    make_mesh(cfg)
 
 
 def _suggestions(n: int) -> str:

@@ -19,6 +19,7 @@ from .._config.schema import Config, DataConfig, ModelConfig, fit_warmup
 from .._config.toml import apply_overrides, load_config
 from .._data.chat_format import ChatFormat
 from .._data.corpus import Dataset, Tokenizer, load_dataset
+from .._distributed.mesh import check_mesh
 from .._distributed.processes import is_primary
 from .._errors import ConfigError, DataError, UsageError
 from .init_source import (
@@ -125,6 +126,7 @@ def resolve_run(
         cfg, resume = _auto_resumed(folder, cfg, say), True
     elif auto_resume:
         say(f"--auto-resume: {folder} has no checkpoint yet; starting the run.")
+    check_mesh(cfg.mesh)  # against every process's devices, before anything is read or written
     launch = check_launch(cfg, folder, resume=resume)  # before minutes of tokenizing or compiling
     cfg, tokenizer, stores = resolve_config(cfg, folder, resume=resume, say=say)
     if source is None and cfg.init.source:

@@ -21,6 +21,7 @@ from core_primitives import keypath_to_path, pytree_dataclass
 
 from .._config.schema import Config, TrainConfig
 from .._distributed.mesh import (
+    MESH_AXES,
     MICRO_BATCH_AXES,
     RULES,
     activation_constraint,
@@ -193,15 +194,50 @@ def abstract_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: M
 
 
 def sharded_state(cfg: Config, optimizer: optax.GradientTransformation, mesh: Mesh) -> TrainState:
-    """:func:`abstract_state`, with a mesh that cannot shard the model refused as a config error."""
+    """:func:`abstract_state`, with a mesh that cannot shard the model refused as a config error
+    (one line: the first parameter that does not divide, and meshes of as many devices that fit).
+    A resumed run meets it here too, before its checkpoint is read: orbax restores into these
+    shardings whatever mesh wrote it."""
     try:
         return abstract_state(cfg, optimizer, mesh)
     except ps.ShardingError as err:  # e.g. heads not divisible by mesh.tensor
-        raise ConfigError(
-            f"Impossible mesh for this model: {err}\nChoose mesh sizes that divide the sharded "
-            "dimensions (heads and kv_heads and mlp and vocab by mesh.tensor; d_model by "
-            "mesh.fsdp)."
-        ) from err
+        raise ConfigError(_unshardable(cfg, mesh, err)) from err
+
+
+def _unshardable(cfg: Config, mesh: Mesh, err: ps.ShardingError) -> str:
+    problems = [line[4:] for line in str(err).splitlines() if line.startswith("  - ")]
+    first = (problems or [str(err)])[0].split(". ")[0]
+    shape = ",".join(f"{axis}={size}" for axis, size in mesh.shape.items())
+    fits = "; ".join(f"--mesh {f}" for f in _meshes_that_fit(cfg, mesh)) or "none"
+    return (
+        f"Impossible mesh for this model: --mesh {shape} cannot shard {len(problems) or 1} of its "
+        f"parameters (first: {first}). Choose sizes that divide the sharded dimensions (heads, "
+        f"kv_heads, mlp and vocab by mesh.tensor; d_model by mesh.fsdp); shapes that fit these "
+        f"{mesh.devices.size} devices: {fits}."
+    )
+
+
+def _meshes_that_fit(cfg: Config, mesh: Mesh, most: int = 3) -> list[str]:
+    n, devices = mesh.devices.size, list(mesh.devices.flat)
+    shapes = [
+        (n // (f * t), f, t)
+        for t in range(1, n + 1)
+        for f in range(1, n // t + 1)
+        if n % (f * t) == 0
+    ]
+    want = mesh.shape
+    shapes.sort(key=lambda s: (abs(s[2] - want["tensor"]), abs(s[1] - want["fsdp"])))
+    fits = []
+    for d, f, t in shapes:
+        candidate = ps.make_mesh((d, f, t), MESH_AXES, devices=devices)
+        try:
+            abstract_params(cfg, candidate)
+        except ps.ShardingError:
+            continue
+        fits.append(f"data={d},fsdp={f},tensor={t}")
+        if len(fits) == most:
+            break
+    return fits
 
 
 def to_items(state: TrainState) -> dict[str, Any]:
