@@ -61,10 +61,10 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _start(*args: str, code: str | None = None) -> subprocess.Popen:
+def _start(*args: str, code: str | None = None, env: dict | None = None) -> subprocess.Popen:
     head = ["-c", code] if code else ["-m", "gpt_models"]
     return subprocess.Popen(
-        [sys.executable, *head, *args], env=_env(), text=True,
+        [sys.executable, *head, *args], env={**_env(), **(env or {})}, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_interruptible,
     )  # fmt: skip
 
@@ -215,25 +215,34 @@ def test_concurrent_launch_into_one_run_is_refused(tmp_path):
 
 
 def test_missing_coordinator_or_peer_times_out_with_a_message(tmp_path, free_ports):
-    base = ["train", "--out", str(tmp_path), "--name", "mp", *TINY, "--num-processes", "2",
-            "--init-timeout", "3"]  # fmt: skip
-    # Process 1 with no coordinator at all; process 0 whose peer never comes. Two distinct ports:
-    # with the same one, process 1 would find process 0's coordinator and both would train.
+    base = ["train", "--out", str(tmp_path), "--name", "mp", *TINY, "--init-timeout", "3"]
+    # Process 1 with no coordinator at all; process 0, task 0 of a 2-task SLURM job, whose peer
+    # never comes. Two distinct ports: with the same one, process 1 would find process 0's
+    # coordinator and both would train.
     nobody, coordinator = free_ports(2)
-    lone_1 = _start(*base, "--coordinator", f"127.0.0.1:{nobody}", "--process-id", "1")
-    lone_0 = _start(*base, "--coordinator", f"127.0.0.1:{coordinator}", "--process-id", "0")
+    lone_1 = _start(*base, "--coordinator", f"127.0.0.1:{nobody}", "--num-processes", "2",
+                    "--process-id", "1")  # fmt: skip
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "localhost", "SLURM_NTASKS": "2",
+             "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "JAX_COORDINATOR_PORT": str(coordinator)}  # fmt: skip
+    lone_0 = _start(*base, env=slurm)
     t0 = time.monotonic()
     times = []
-    for proc, expected in (
-        (lone_1, "process 1 of 2: no coordinator is listening at 127.0.0.1:"),
-        (lone_0, "process 0 of 2: gave up after 3 s waiting for all 2 processes to join"),
-    ):
+    task_0 = f"process 0 of 2 (SLURM job 4242, coordinator localhost:{coordinator})"
+    for proc, waiting, expected in (
+        (lone_1, "process 1 of 2: waiting for all 2 processes to join the coordinator at "
+         "127.0.0.1:", "process 1 of 2: no coordinator is listening at 127.0.0.1:"),
+        (lone_0, f"{task_0}: waiting for all 2 processes to join (giving up after 3 s",
+         f"{task_0}: gave up after 3 s waiting for all 2 processes to join the coordinator at "
+         "localhost:"),
+    ):  # fmt: skip
         rc, out = _finish(proc, timeout=120)
         times.append(time.monotonic() - t0)
         assert rc == 3, out[-3000:]
-        assert "waiting for all 2 processes to join the coordinator at 127.0.0.1:" in out
+        assert waiting in out, out[-3000:]
         assert expected in out and "raise --init-timeout" in out, out[-3000:]
         assert CHECK_FAILURE not in out and "Traceback" not in out, out[-3000:]
+    assert "Check that SLURM job 4242 started all 2 tasks with the same command (the " in out
+    assert "SLURM_NTASKS, SLURM_PROCID and SLURM_STEP_NODELIST tell each process its place" in out
     _row("missing coordinator / peer at start-up", 2, "clear error (exit 3)", times)
 
 

@@ -1,17 +1,20 @@
-"""Two local CPU processes (2 devices each, a 4-device global mesh) train like one 4-device process.
+"""Two local CPU processes (2 devices each, a 4-device global mesh) started the way SLURM starts
+tasks, with no distributed flags, find each other by JAX's cluster detection and train like one
+4-device process; their checkpoint resumes on one process with 2 devices and another mesh shape.
 
 Workers are subprocesses, waited on while they make progress (the root conftest's ``patience``): a
 ``jax.distributed`` peer that never arrives would otherwise hang (and abort) the test process.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-STEPS = 5
+STEPS = 4
 
 WORKER = """
 import sys
@@ -22,8 +25,8 @@ sys.exit(main(sys.argv[1:]))
 ARGS = [
     "--set", "model.seq_len=32", "--set", "model.d_model=32", "--set", "model.n_layers=2",
     "--set", "model.n_heads=2", "--set", f"train.steps={STEPS}", "--set", "train.batch_size=8",
-    "--set", "train.grad_accum=2", "--set", "train.warmup_steps=1", "--set", "train.eval_every=5",
-    "--set", "train.eval_batches=1", "--set", "train.checkpoint_every=0", "--set", "log.every=1",
+    "--set", "train.grad_accum=2", "--set", "train.warmup_steps=1", "--set", f"train.eval_every={STEPS}",
+    "--set", "train.eval_batches=1", "--set", "train.checkpoint_every=2", "--set", "log.every=1",
     "--set", "sample.max_new_tokens=4", "--mesh", "data=2,fsdp=2",
 ]  # fmt: skip
 
@@ -38,25 +41,37 @@ def _set_patience(patience):
     _patience = patience
 
 
-def _env(devices: int) -> dict[str, str]:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled"}
+def _env(devices: int, slurm: dict[str, str]) -> dict[str, str]:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled", **slurm}
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
         env.pop(var, None)
+    if not slurm:
+        env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}
     return env
 
 
-def _start(args: list[str], devices: int) -> subprocess.Popen:
+def _start(args: list[str], devices: int, slurm: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", WORKER, *args], env=_env(devices), text=True,
+        [sys.executable, "-c", WORKER, *args], env=_env(devices, slurm or {}), text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
 
 
-def _finish(procs: list[subprocess.Popen]) -> None:
+def _finish(procs: list[subprocess.Popen]) -> list[str]:
     outputs = _patience.communicate(procs, peers=True)  # while they make progress
     for p, (out, err) in zip(procs, outputs):
         assert p.returncode == 0, f"worker failed ({p.returncode}):\n{out}\n{err[-4000:]}"
+    return [err for _, err in outputs]
+
+
+def _slurm_task(i: int, port: int) -> dict[str, str]:
+    # What srun sets in task i of a 2-task job step on one node; JAX_COORDINATOR_PORT (JAX's own
+    # override of the port derived from the job id) keeps clear of ports in use on this machine.
+    return {
+        "SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "localhost", "SLURM_NTASKS": "2",
+        "SLURM_PROCID": str(i), "SLURM_LOCALID": str(i), "JAX_COORDINATOR_PORT": str(port),
+    }  # fmt: skip
 
 
 def _losses(run) -> np.ndarray:
@@ -67,19 +82,24 @@ def _losses(run) -> np.ndarray:
 
 
 @pytest.mark.slow
-def test_two_processes_match_one_process_with_four_devices(tmp_path, free_ports):
+def test_slurm_tasks_match_one_process_and_resume_on_fewer_devices(tmp_path, free_ports):
     (port,) = free_ports(1)
     base = ["train", "--out", str(tmp_path), *ARGS]
-    two = [
-        _start([*base, "--name", "two", "--coordinator", f"127.0.0.1:{port}",
-                "--num-processes", "2", "--process-id", str(i)], devices=2)
-        for i in range(2)
-    ]  # fmt: skip
-    _finish(two)
+    pair = [_start([*base, "--name", "two"], 2, _slurm_task(i, port)) for i in range(2)]
+    logs = _finish(pair)
+    assert f"process 0 of 2 (SLURM job 4242, coordinator localhost:{port})" in logs[0]
     _finish([_start([*base, "--name", "one"], devices=4)])
     one_losses, two_losses = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert one_losses.shape == (STEPS,)
     print("one process, 4 devices:", one_losses.tolist())
-    print("two processes x 2 devices:", two_losses.tolist())
-    np.testing.assert_allclose(two_losses, one_losses, rtol=0, atol=1e-6)
+    print("two SLURM tasks x 2 devices:", two_losses.tolist())
+    np.testing.assert_allclose(two_losses, one_losses, rtol=0, atol=1e-5)
     assert (tmp_path / "two" / "sample.txt").exists()
+
+    # Preempted after step 2: the job comes back as one process with 2 devices, mesh fsdp=2.
+    shutil.rmtree(tmp_path / "two" / "checkpoints" / str(STEPS))
+    resume = ["train", "--resume", str(tmp_path / "two"), "--mesh", "data=1,fsdp=2"]
+    _finish([_start(resume, devices=2)])
+    resumed = _losses(tmp_path / "two")[STEPS:]
+    print("resumed on 1 process x 2 devices:", resumed.tolist())
+    np.testing.assert_allclose(resumed, one_losses[2:], rtol=0, atol=1e-4)
