@@ -5,7 +5,7 @@ program can say what it found (and refuse an incomplete SLURM environment in one
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from core_primitives import compat
 
@@ -96,13 +96,11 @@ def detect_cluster(kind: str = "auto", *, timeout_s: int = 300) -> Cluster | Non
     return None
 
 
-def _read(kind: str, env: type, timeout_s: int) -> Cluster:
+def _read(kind: str, env: Any, timeout_s: int) -> Cluster:
     port = os.environ.get("JAX_COORDINATOR_PORT") or None
-    address = env.get_coordinator_address(  # type: ignore[attr-defined]
-        timeout_secs=timeout_s, override_coordinator_port=port
-    )
-    count = int(env.get_process_count())  # type: ignore[attr-defined]
-    index = int(env.get_process_id())  # type: ignore[attr-defined]
+    address = env.get_coordinator_address(timeout_secs=timeout_s, override_coordinator_port=port)
+    count = int(env.get_process_count())
+    index = int(env.get_process_id())
     if not 0 <= index < count:
         raise ValueError(
             f"{_NAMES[kind]} says this is process {index} of {count}: process ids run from 0 to "

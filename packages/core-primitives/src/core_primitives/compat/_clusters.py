@@ -10,6 +10,8 @@ when JAX publishes the detection.
 
 from __future__ import annotations
 
+from typing import Any
+
 from jax._src import clusters as _clusters
 
 # Our names for the schedulers -> JAX's classes, in the order JAX itself tries them.
@@ -21,7 +23,7 @@ _CLASSES = {
 }
 
 
-def cluster_environments() -> dict[str, tuple[type, ...]]:
+def cluster_environments() -> dict[str, tuple[Any, ...]]:
     """``{"mpi" | "slurm" | "tpu" | "k8s": JAX's ClusterEnv classes for it}``, in JAX's order."""
     return {
         kind: tuple(getattr(_clusters, name) for name in names if hasattr(_clusters, name))
