@@ -89,3 +89,21 @@ def test_a_one_task_allocation_is_one_process(clean_env):
 def test_initialize_distributed_refuses_a_named_cluster_that_is_absent(clean_env):
     with pytest.raises(ValueError, match=r"^No Open MPI job found"):
         ps.initialize_distributed(cluster="mpi")
+
+
+def test_a_kubernetes_pod_that_is_no_indexed_job_is_one_process(clean_env):
+    # Every pod has KUBERNETES_SERVICE_HOST; a notebook's is not a job to start with others.
+    clean_env.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    assert ps.detect_cluster() is None
+
+
+def test_a_cluster_jax_cannot_read_is_one_value_error(clean_env):
+    for var, value in {**SLURM, "SLURM_JOB_ID": "abc"}.items():
+        clean_env.setenv(var, value)
+    with pytest.raises(ValueError) as err:
+        ps.detect_cluster()
+    assert str(err.value) == (
+        "Found a SLURM job, but JAX could not read its coordinator and process count: ValueError: "
+        "invalid literal for int() with base 10: 'abc' Fix the job's set-up, or set "
+        "JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID yourself."
+    )

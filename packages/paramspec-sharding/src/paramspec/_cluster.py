@@ -27,6 +27,8 @@ CLUSTER_VARIABLES = {
 
 _OMPI_URI = "OMPI_MCA_orte_hnp_uri"  # lower case as Open MPI spells it
 
+_EXTRA = {"k8s": " as an indexed Job, with the kubernetes package (pip install 'jax[k8s]')"}
+
 _NAMES = {"slurm": "SLURM", "mpi": "Open MPI", "tpu": "TPU pod", "k8s": "Kubernetes"}
 
 
@@ -84,6 +86,8 @@ def detect_cluster(kind: str = "auto", *, timeout_s: int = 300) -> Cluster | Non
         _check_slurm(strict=kind == "slurm")
     environments = compat.cluster_environments()
     for name in environments if kind == "auto" else (kind,):
+        if kind == "auto" and name == "k8s" and "JOB_COMPLETION_INDEX" not in os.environ:
+            continue  # every pod (a notebook's too) is in Kubernetes; an indexed Job's is a job
         for env in environments[name]:
             if env.is_env_present():
                 return _read(name, env, timeout_s)
@@ -91,16 +95,27 @@ def detect_cluster(kind: str = "auto", *, timeout_s: int = 300) -> Cluster | Non
         raise ValueError(
             f"No {_NAMES[kind]} job found in this process's environment ({_NAMES[kind]} sets "
             f"{', '.join(CLUSTER_VARIABLES[kind])} in each process it starts, and they are not "
-            f"all set). Start the program through {_NAMES[kind]}."
+            f"all set). Start the program through {_NAMES[kind]}{_EXTRA.get(kind, '')}."
         )
     return None
 
 
 def _read(kind: str, env: Any, timeout_s: int) -> Cluster:
     port = os.environ.get("JAX_COORDINATOR_PORT") or None
-    address = env.get_coordinator_address(timeout_secs=timeout_s, override_coordinator_port=port)
-    count = int(env.get_process_count())
-    index = int(env.get_process_id())
+    try:
+        address = env.get_coordinator_address(
+            timeout_secs=timeout_s, override_coordinator_port=port
+        )
+        count = int(env.get_process_count())
+        index = int(env.get_process_id())
+    except (RuntimeError, KeyError, ValueError, OSError) as err:  # e.g. a pod JAX may not read
+        detail = " ".join(str(err).split())[:300]
+        raise ValueError(
+            f"Found a {_NAMES[kind]} job, but JAX could not read its coordinator and process "
+            f"count: {type(err).__name__}: {detail} Fix the job's set-up, or set "
+            "JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and "
+            "JAX_PROCESS_ID yourself."
+        ) from err
     if not 0 <= index < count:
         raise ValueError(
             f"{_NAMES[kind]} says this is process {index} of {count}: process ids run from 0 to "
