@@ -48,8 +48,9 @@ def packed_vs_separate(implementation, layout, causal=True, heads=(4, 2), **kw):
     mha, params = layer(implementation, heads, **kw)
     T = sum(layout[0])
     x = jax.random.normal(jax.random.key(1), (len(layout), T, D))
-    packed, _ = mha(params, x, causal=causal, segment_ids=segment_ids(layout))
-    alone = [mha(params, ex, causal=causal)[0] for ex in split(x, layout)]
+    run = jax.jit(lambda x, ids=None: mha(params, x, causal=causal, segment_ids=ids)[0])
+    packed = run(x, segment_ids(layout))
+    alone = [run(ex) for ex in split(x, layout)]
     return max(float(jnp.max(jnp.abs(p - a))) for p, a in zip(split(packed, layout), alone))
 
 
@@ -134,6 +135,7 @@ def tiny_lm(implementation):
 @pytest.mark.parametrize("implementation", CPU_CORES)
 def test_packed_lm_loss_equals_the_examples_one_by_one(implementation):
     loss, params = tiny_lm(implementation)
+    loss = jax.jit(loss)
     tokens = jax.random.randint(jax.random.key(2), (2, 8), 0, VOCAB)
     total, count = loss(params, tokens, segment_ids(LAYOUT))
     alone = [loss(params, ex) for ex in split(tokens, LAYOUT)]
@@ -144,14 +146,12 @@ def test_packed_lm_loss_equals_the_examples_one_by_one(implementation):
 
 def test_packed_lm_gradients_equal_the_examples_one_by_one():
     loss, params = tiny_lm("blocked")
-    layout = [[3, 5]]  # two examples: three gradients (eager, so each costs seconds)
+    layout = [[3, 5]]  # two examples: three gradients, each compiled (eager costs a minute)
     tokens = jax.random.randint(jax.random.key(2), (1, 8), 0, VOCAB)
     weights, rest = params.split()
-    packed = jax.grad(lambda w: loss(w.merge(rest), tokens, segment_ids(layout))[0])(weights)
-    alone = [
-        jax.grad(lambda w, ex=ex: loss(w.merge(rest), ex)[0])(weights)
-        for ex in split(tokens, layout)
-    ]
+    grad = jax.jit(jax.grad(lambda w, t, ids=None: loss(w.merge(rest), t, ids)[0]))
+    packed = grad(weights, tokens, segment_ids(layout))
+    alone = [grad(weights, ex) for ex in split(tokens, layout)]
     summed = jax.tree.map(lambda *g: sum(g), *alone)
     assert len(packed) == len(weights) > 0
     for path in packed:
@@ -162,6 +162,8 @@ def test_any_segment_layout_keeps_examples_apart():
     hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies
     mha, params = layer("blocked")
+    # Compiled once per shape (lengths 1..5 alone, 1..20 packed), not run op by op.
+    run = jax.jit(lambda x, ids=None: mha(params, x, causal=True, segment_ids=ids)[0])
 
     @hypothesis.settings(max_examples=8, deadline=None, derandomize=True, database=None)
     @hypothesis.given(st.lists(st.integers(1, 5), min_size=1, max_size=4))
@@ -169,9 +171,9 @@ def test_any_segment_layout_keeps_examples_apart():
         # Any id values work, not only 0, 1, 2...: here decreasing, sparse ones.
         ids = np.repeat(np.arange(len(lengths))[::-1] * 7 + 3, lengths)[None]
         x = jax.random.normal(jax.random.key(len(lengths)), (1, sum(lengths), D))
-        packed, _ = mha(params, x, causal=True, segment_ids=jnp.asarray(ids, jnp.int32))
+        packed = run(x, jnp.asarray(ids, jnp.int32))
         for p, ex in zip(split(packed, [lengths]), split(x, [lengths])):
-            alone, _ = mha(params, ex, causal=True)
+            alone = run(ex)
             np.testing.assert_allclose(p, alone, atol=1e-5, rtol=1e-5)
 
     check()
