@@ -159,6 +159,28 @@ WHEEL_TESTS = {
 # (the CLI, sampling, presets, model maths) is our own code on the same JAX: `tests` runs it on the
 # locked versions and the matrix's integration tests train and sample end to end on 0.7.2.
 FLOORS_TESTS = {
+    # blox: what reaches its floors (numpy, optax and orbax in test_params/test_lora, treescope in
+    # test_display), the matrix's files, the core layers, the one attention file (JAX's
+    # dot_product_attention moved between releases); the attention variants, packing, conv and
+    # pooling suites (~10 of blox's ~13 minutes at load) are our code on the same JAX ops.
+    "blox-params": [
+        "test_public_api.py",
+        "test_bad_input.py",
+        "test_errors.py",
+        "test_display.py",
+        "test_params.py",
+        "test_lora.py",
+        "test_rng.py",
+        "test_recurrent.py",
+        "test_module.py",
+        "test_graph.py",
+        "test_linear.py",
+        "test_norm.py",
+        "test_dropout.py",
+        "test_repeat.py",
+        "test_sequential.py",
+        "test_attention.py",
+    ],
     "gpt-models": [
         "test_public_api.py",
         "test_bad_input.py",
