@@ -87,7 +87,7 @@ class StepLoop:
         self.progress = Progress(
             t.steps,
             self.start,
-            t.batch_size * cfg.model.seq_len,
+            t.batch_size * cfg.window,
             flops_per_token(cfg),
             peak,
             every=cfg.log.every,
@@ -160,7 +160,7 @@ class StepLoop:
             seed=t.seed,
             batch_size=t.batch_size,
             grad_accum=t.grad_accum,
-            seq_len=self.cfg.model.seq_len,
+            seq_len=self.cfg.window,
             process_index=jax.process_index(),
             process_count=jax.process_count(),
         )
