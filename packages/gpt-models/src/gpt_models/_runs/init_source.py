@@ -69,9 +69,9 @@ def read_init_source(path: str) -> InitSource:
 
 def check_init_source(cfg: Config, tokenizer: Tokenizer, source: InitSource) -> None:
     """Refuse a model section or a tokenizer that does not fit ``cfg.init.source``'s weights."""
-    if cfg.model.seq_len != source.model.seq_len:
-        raise ConfigError(_seq_len_refusal(cfg.model.seq_len, source, "model.seq_len"))
     for key in ARCH_KEYS:
+        if key == "seq_len" and cfg.model.seq_len != source.model.seq_len:
+            raise ConfigError(_seq_len_refusal(cfg.model.seq_len, source, "model.seq_len"))
         if getattr(cfg.model, key) != getattr(source.model, key):
             raise ConfigError(
                 f"model.{key} = {getattr(cfg.model, key)!r} changes the architecture of "
