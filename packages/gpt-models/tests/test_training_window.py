@@ -58,8 +58,10 @@ def test_a_256_position_base_fine_tuned_at_64_trains_resumes_evaluates_and_expor
     assert "(1 batch(es) of 8 x 64 tokens, train.eval_batches), step 4" in capsys.readouterr().out
     sample = ["sample", "--run", str(run), "--max-new-tokens", "300", "--temperature", "0"]
     assert main(sample) == 0
-    assert "capped to 252: the prompt (4 tokens) and the new tokens fill the model's context, " \
+    assert (
+        "capped to 252: the prompt (4 tokens) and the new tokens fill the model's context, "
         "model.seq_len = 256." in capsys.readouterr().err
+    )
 
     # Resumed from checkpoint 2: steps 3 and 4 again, bit for bit, at the recorded window.
     again = tmp_path / "again"
@@ -75,9 +77,9 @@ def test_a_256_position_base_fine_tuned_at_64_trains_resumes_evaluates_and_expor
 
     # Exported with the base's positions.
     assert main(["export", str(run), str(tmp_path / "hf")]) == 0
-    assert json.loads((tmp_path / "hf" / "config.json").read_text())[
-        "max_position_embeddings"
-    ] == 256
+    assert (
+        json.loads((tmp_path / "hf" / "config.json").read_text())["max_position_embeddings"] == 256
+    )
 
 
 def test_a_learned_position_table_keeps_its_rows(bases, tmp_path, capsys):

@@ -202,7 +202,8 @@ def parse_value(key: str, value: Any, *, from_text: bool = True) -> Any:
         100
     """
     section, _, name = key.partition(".")
-    return _coerce(key, value, _field_types(_sections(Config())[section])[name], from_text=from_text)
+    types = _field_types(_sections(Config())[section])
+    return _coerce(key, value, types[name], from_text=from_text)
 
 
 def parse_set(items: Iterable[str]) -> dict[str, str]:

@@ -89,9 +89,7 @@ def check_init_source(cfg: Config, tokenizer: Tokenizer, source: InitSource) -> 
         )
 
 
-def finetune_window(
-    source: InitSource, overrides: Mapping[str, Any], say: Say
-) -> dict[str, Any]:
+def finetune_window(source: InitSource, overrides: Mapping[str, Any], say: Say) -> dict[str, Any]:
     """The ``--set`` values of a fine-tune from ``source``, with its training window settled.
 
     The source's positions (``model.seq_len``) stay the model's: a shorter ``model.seq_len`` is
