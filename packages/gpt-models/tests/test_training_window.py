@@ -67,6 +67,10 @@ def test_a_256_position_base_fine_tuned_at_64_trains_resumes_evaluates_and_expor
     again = tmp_path / "again"
     shutil.copytree(run, again)
     shutil.rmtree(again / "checkpoints" / "4")
+    assert main(["train", "--resume", str(again), "--set", "model.seq_len=128"]) == 2
+    err = capsys.readouterr().err
+    assert "a resumed run keeps its architecture, and this run has model.seq_len = 256." in err
+    assert "A shorter training window is --set data.seq_len=N, N from 1 to 256." in err
     assert main(["train", "--resume", str(again)]) == 0
     resumed = load_run(again)
     assert resumed[0] == cfg and resumed[2] == 4
