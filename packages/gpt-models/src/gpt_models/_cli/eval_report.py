@@ -94,7 +94,7 @@ def _val_ids(cfg: Config, tok: Tokenizer) -> tuple[list[np.ndarray], list[str]]:
     """The token ids of the run's validation split, as its training read them, and their name;
     a mixture's sources each give theirs (scored as separate documents)."""
     data = load_dataset(
-        cfg.data, seq_len=cfg.model.seq_len, vocab_size=cfg.model.vocab_size, tokenizer=tok
+        cfg.data, seq_len=cfg.window, vocab_size=cfg.model.vocab_size, tokenizer=tok
     )
     if data.bytes_per_token is None:
         raise DataError(

@@ -409,7 +409,7 @@ def abstract_batch(
     """
     t = cfg.train
     if shape is None:
-        shape = (t.grad_accum, t.batch_size // t.grad_accum, cfg.model.seq_len + 1)
+        shape = (t.grad_accum, t.batch_size // t.grad_accum, cfg.window + 1)
     sharding = batch_sharding(mesh, axes)
     if not packed_data(cfg):
         return jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharding)

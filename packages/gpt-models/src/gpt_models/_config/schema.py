@@ -59,7 +59,8 @@ class ModelConfig:
         vocab_size: number of token ids (256 for the byte tokenizer).
         vocab_real: ids the tokenizer really uses when vocab_size is padded past them for faster
             matmuls (0 = vocab_size); the padded ids get -inf logits: never sampled, never scored.
-        seq_len: context length in tokens; training windows and sampling are capped by it.
+        seq_len: context length in tokens (the positions the model has); sampling is capped by
+            it, and training windows are data.seq_len tokens, at most this many.
         d_model: width of the residual stream.
         n_layers: number of transformer blocks.
         n_heads: attention heads; d_model must be divisible by it unless d_head is set.
@@ -281,6 +282,9 @@ class DataConfig:
         sources: a weighted mixture instead of data.path: [[data.sources]] tables with path and
             weight (> 0), optional name (of its metrics) and kind (recorded); each row of a batch
             comes from one source drawn by weight, and each source keeps its own validation split.
+        seq_len: tokens of each training and validation window (a packed row holds this many
+            plus one), 1..model.seq_len (0 = model.seq_len); a fine-tune trains at a shorter
+            length than its base and keeps the base's positions for sampling and export.
     """
 
     path: str = ""
@@ -289,6 +293,7 @@ class DataConfig:
     tokenizer: str = "byte"
     bpe_vocab_size: int = 2048
     sources: tuple[DataSource, ...] = ()
+    seq_len: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -406,6 +411,20 @@ class Config:
         object.__setattr__(self, "model", _folded(self.model, self.lora))
         validate(self)
 
+    @property
+    def window(self) -> int:
+        """Tokens of a training or validation window: ``data.seq_len``, else ``model.seq_len``.
+
+        Example:
+            >>> import dataclasses
+            >>> from gpt_models import PRESETS
+            >>> tiny = PRESETS["tiny"]
+            >>> short = dataclasses.replace(tiny.data, seq_len=64)
+            >>> tiny.window, dataclasses.replace(tiny, data=short).window
+            (128, 64)
+        """
+        return self.data.seq_len or self.model.seq_len
+
 
 # ------------------------------------------------------------------------------------------------
 # Checks
@@ -455,6 +474,11 @@ def validate(cfg: Config) -> Config:
         problems.append(f"data.val_fraction = {cfg.data.val_fraction} must be between 0 and 1")
     if t.warmup_steps < 0:
         problems.append(f"train.warmup_steps = {t.warmup_steps} must be >= 0")
+    if not 0 <= cfg.data.seq_len <= m.seq_len:
+        problems.append(
+            f"data.seq_len = {cfg.data.seq_len} must be in 0..model.seq_len = {m.seq_len}: a "
+            "training window cannot be longer than the model's positions (0 = model.seq_len)"
+        )
     if not 257 <= cfg.data.bpe_vocab_size <= 65536:
         problems.append(f"data.bpe_vocab_size = {cfg.data.bpe_vocab_size} must be in 257..65536")
     problems += _range_problems(cfg) + _family_problems(m)

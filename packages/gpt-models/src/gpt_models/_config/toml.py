@@ -194,6 +194,18 @@ def apply_overrides(cfg: Config, values: Mapping[str, Any], *, from_text: bool =
     return dataclasses.replace(cfg, **new)
 
 
+def parse_value(key: str, value: Any, *, from_text: bool = True) -> Any:
+    """``value`` of the valid key ``key`` as :func:`apply_overrides` parses it.
+
+    Example:
+        >>> parse_value("data.seq_len", "1e2")
+        100
+    """
+    section, _, name = key.partition(".")
+    types = _field_types(_sections(Config())[section])
+    return _coerce(key, value, types[name], from_text=from_text)
+
+
 def parse_set(items: Iterable[str]) -> dict[str, str]:
     """Split ``["model.d_model=256", ...]`` (from ``--set``) into a dict.
 

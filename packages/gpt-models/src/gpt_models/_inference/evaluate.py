@@ -50,7 +50,7 @@ class Evaluator:
                 p.val,
                 n_batches=t.eval_batches,
                 batch_size=self.rows,
-                seq_len=cfg.model.seq_len,
+                seq_len=cfg.window,
                 process_index=jax.process_index(),
                 process_count=jax.process_count(),
             )
@@ -72,7 +72,7 @@ class Evaluator:
         ]
         self.unit = "nats/byte" if known else "nats/token"
         self.source = dataset.source
-        self.windows = (len(jax.tree.leaves(self.batches[0])[0]), self.rows, cfg.model.seq_len)
+        self.windows = (len(jax.tree.leaves(self.batches[0])[0]), self.rows, cfg.window)
         self.by_source: dict[str, float] = {}
         self.all_tokens: float | None = None  # packed batches: the loss of every example token
 
@@ -175,7 +175,7 @@ def evaluate_run(run_dir: str | Path, config: Config | None = None, *, step: Any
     mesh = single_device_mesh()
     dataset = load_dataset(
         cfg.data,
-        seq_len=cfg.model.seq_len,
+        seq_len=cfg.window,
         vocab_size=cfg.model.vocab_size,
         tokenizer=run_tokenizer(run_dir, cfg),
     )

@@ -84,10 +84,10 @@ def plan_eval(cfg: Config, run: str, stream: TextIO | None = None) -> Plan:
     rows = cfg.train.batch_size // cfg.train.grad_accum
 
     def first() -> Any:
-        batch = abstract_batch(cfg, mesh, (rows, cfg.model.seq_len + 1), BATCH_AXES)
+        batch = abstract_batch(cfg, mesh, (rows, cfg.window + 1), BATCH_AXES)
         return compile_eval_step(cfg, mesh, params).lower(params, batch).compile()
 
-    program = f"eval step ({rows} windows of {cfg.model.seq_len} tokens, the run's micro-batch)"
+    program = f"eval step ({rows} windows of {cfg.window} tokens, the run's micro-batch)"
     prefix = (
         f"The eval step's {rows} rows are the run's micro-batch; to score the validation text "
         f"with fewer rows at a time: gpt eval --run {run} --text @val --batch-size N, where "

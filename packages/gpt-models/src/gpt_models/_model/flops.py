@@ -37,7 +37,8 @@ def flops_per_token(config: Any) -> float:
     ``model.n_experts`` the MLP counts the ``experts_per_token`` experts a token runs (the active
     weights) and the router; the
     second term is the attention scores and weighted sum (forward 2 + backward 4 FLOPs per
-    multiply-add, over the full ``seq_len`` square, as in the PaLM paper's MFU definition).
+    multiply-add, over the full ``seq_len`` square, as in the PaLM paper's MFU definition), where
+    ``seq_len`` is the run's training window (``data.seq_len``, else ``model.seq_len``).
 
     A LoRA run (a ``Config`` whose ``lora.rank > 0``) trains its adapters alone, so its frozen
     weights get no weight gradient: ``4 * N_matmul + 6 * N_lora`` plus the same attention term,
@@ -48,8 +49,9 @@ def flops_per_token(config: Any) -> float:
     default ``q,v`` targets, the first block's key projection and its inputs' gradients).
 
     Args:
-        config: a :class:`Config` (its ``[lora]`` section decides what trains) or its
-            ``ModelConfig`` (counted as a full run, every weight trained).
+        config: a :class:`Config` (its ``[lora]`` section decides what trains, its window the
+            attention term) or its ``ModelConfig`` (counted as a full run, every weight trained,
+            at windows of ``model.seq_len``).
 
     Example:
         >>> import dataclasses
@@ -64,7 +66,8 @@ def flops_per_token(config: Any) -> float:
     shapes = _projections(model)
     layers = model.n_layers
     n_matmul = layers * sum(i * o for i, o in shapes.values()) + model.d_model * model.vocab_size
-    attention = 12.0 * layers * model.d_model * model.seq_len
+    window = getattr(config, "window", model.seq_len)
+    attention = 12.0 * layers * model.d_model * window
     lora = lora_config(model)
     if lora is None:
         return 6.0 * n_matmul + attention

@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from .._config.schema import BUILTIN_TOKENIZERS, Config, ModelConfig
-from .._config.toml import load_config
+from .._config.toml import load_config, parse_value
 from .._data.chat_format import ChatFormat, trained_on
 from .._data.corpus import Tokenizer
 from .._errors import ConfigError, DataError
@@ -69,6 +70,8 @@ def read_init_source(path: str) -> InitSource:
 def check_init_source(cfg: Config, tokenizer: Tokenizer, source: InitSource) -> None:
     """Refuse a model section or a tokenizer that does not fit ``cfg.init.source``'s weights."""
     for key in ARCH_KEYS:
+        if key == "seq_len" and cfg.model.seq_len != source.model.seq_len:
+            raise ConfigError(_seq_len_refusal(cfg.model.seq_len, source, "model.seq_len"))
         if getattr(cfg.model, key) != getattr(source.model, key):
             raise ConfigError(
                 f"model.{key} = {getattr(cfg.model, key)!r} changes the architecture of "
@@ -84,6 +87,61 @@ def check_init_source(cfg: Config, tokenizer: Tokenizer, source: InitSource) -> 
             f"{source.model.real_vocab}: its ids would index past the model's embeddings. Use "
             "the source's tokenizer."
         )
+
+
+def finetune_window(source: InitSource, overrides: Mapping[str, Any], say: Say) -> dict[str, Any]:
+    """The ``--set`` values of a fine-tune from ``source``, with its training window settled.
+
+    The source's positions (``model.seq_len``) stay the model's: a shorter ``model.seq_len`` is
+    the window a practitioner means (TRL's ``max_length``, axolotl's ``sequence_len``), so it is
+    taken as ``data.seq_len``, with a note (``say``). A window longer than the source's
+    positions, either way, is refused in one line naming both numbers.
+
+    Raises:
+        ConfigError: a window longer than the source's positions, or ``model.seq_len`` and
+            ``data.seq_len`` both set to different windows.
+    """
+    out, base = dict(overrides), source.model.seq_len
+    if "model.seq_len" in out:
+        given = out.pop("model.seq_len")
+        asked = parse_value("model.seq_len", given)
+        if asked > base or asked < 1:
+            raise ConfigError(_seq_len_refusal(asked, source, "model.seq_len"))
+        window = out.get("data.seq_len")
+        if asked < base and window is not None and parse_value("data.seq_len", window) != asked:
+            raise ConfigError(
+                f"--set model.seq_len={given} and --set data.seq_len={window} both set the "
+                f"training window of this fine-tune of init.source = {str(source.path)!r} (which "
+                f"keeps its {base} positions). Pass only --set data.seq_len=N, N from 1 to {base}."
+            )
+        if asked < base:
+            out["data.seq_len"] = asked
+            say(
+                f"note: --set model.seq_len={asked} on a fine-tune sets its training window, "
+                f"data.seq_len = {asked}; the model keeps the {base} positions of init.source "
+                f"{source.path} (gpt sample and gpt export use all of them)."
+            )
+    window = parse_value("data.seq_len", out.get("data.seq_len", 0))
+    if window > base:
+        raise ConfigError(_seq_len_refusal(window, source, "data.seq_len"))
+    return out
+
+
+def _seq_len_refusal(asked: int, source: InitSource, key: str) -> str:
+    """One line: ``key`` = ``asked`` does not fit the source's positions (its model.seq_len)."""
+    base, where = source.model.seq_len, f"init.source = {str(source.path)!r}"
+    if 0 < asked < base:  # a config file's model section: the window is data.seq_len
+        return (
+            f"{key} = {asked} changes the {base} positions of {where} (its model.seq_len): a "
+            f"fine-tune keeps its base's positions. For a training window of {asked} tokens, set "
+            f"data.seq_len = {asked} and leave model.seq_len at {base}."
+        )
+    what = "longer than" if asked > base else "not a window within"
+    return (
+        f"{key} = {asked} is {what} the {base} positions of {where} (its model.seq_len): a "
+        f"fine-tune keeps its base's positions and trains at any length up to them. Use --set "
+        f"data.seq_len=N with N from 1 to {base} (the training window)."
+    )
 
 
 def source_chat_format(cfg: Config, source: InitSource, say: Say) -> ChatFormat | None:

@@ -131,13 +131,18 @@ def check_resume_model(run: Path, saved_cfg: Config, cfg: Config) -> None:
             )
     for key in ARCH_KEYS:
         if getattr(model, key) != getattr(saved, key):
+            window = (  # the length it trains at is the data's, and may change
+                f" A shorter training window is --set data.seq_len=N, N from 1 to {saved.seq_len}."
+                if key == "seq_len" and model.seq_len < saved.seq_len
+                else ""
+            )
             raise ConfigError(
                 f"gpt train --resume {run} --set model.{key}={getattr(model, key)!r}: a resumed "
                 f"run "
                 f"keeps its architecture, and this run has model.{key} = "
                 f"{getattr(saved, key)!r}. Drop that --set (train/data/sample keys and "
                 f"model.{'/'.join(FREE_KEYS)} may change), or train the other architecture as a "
-                "new run with --name."
+                f"new run with --name.{window}"
             )
 
 

@@ -26,6 +26,7 @@ from .init_source import (
     InitSource,
     Say,
     check_init_source,
+    finetune_window,
     read_init_source,
     start_config,
     training_chat_format,
@@ -117,6 +118,8 @@ def resolve_run(
             f"(--init-from {init_from} is short for --set init.source={init_from})."
         )
     base, source = start_config(folder, config, resume=resume, init_from=init_from)
+    if source is not None:  # a shorter --set model.seq_len is the window a fine-tune trains at
+        overrides = finetune_window(source, overrides or {}, say)
     cfg, note = fit_warmup(apply_overrides(base, overrides or {}, from_text=True))
     if note:
         say(f"note: {note}")
@@ -133,8 +136,8 @@ def resolve_run(
         source = _source_of(cfg, resume=resume)
     if source is not None and not resume:
         check_init_source(cfg, tokenizer, source)
-    m = cfg.model
-    data = load_dataset(cfg.data, seq_len=m.seq_len, vocab_size=m.vocab_size, tokenizer=tokenizer)
+    vocab = cfg.model.vocab_size
+    data = load_dataset(cfg.data, seq_len=cfg.window, vocab_size=vocab, tokenizer=tokenizer)
     for note in data.notes:  # examples too long for a row, left out (never cut)
         say(note)
     if cfg.data.kind == "store" and cfg.data.val_fraction != DataConfig().val_fraction:

@@ -153,8 +153,9 @@ def plan_step(
         f"step memory      {memory_text(mem)} on each of {len(devices)} "
         f"{jax.default_backend()} device(s)",
         f"available        {size(budget.per_device)} per device ({budget.source})",
-        f"tokens per step  {t.batch_size * m.seq_len:,} (batch {t.batch_size} x seq_len "
-        f"{m.seq_len}; {t.grad_accum} micro-batch(es) of {t.batch_size // t.grad_accum})",
+        f"tokens per step  {t.batch_size * cfg.window:,} (batch {t.batch_size} x seq_len "
+        f"{cfg.window}{_positions(cfg)}; {t.grad_accum} micro-batch(es) of "
+        f"{t.batch_size // t.grad_accum})",
         f"FLOPs per token  {flops:.3g} (training, forward and backward"
         + ("; LoRA: frozen weights get no weight gradient)" if cfg.lora.enabled else ")"),
     ]
@@ -165,7 +166,7 @@ def plan_step(
         memory=mem,
         budget=budget,
         devices=len(devices),
-        program=f"train step (micro-batch {micro} of {m.seq_len} tokens, model.remat={m.remat})",
+        program=f"train step (micro-batch {micro} of {cfg.window} tokens, model.remat={m.remat})",
         params=params,
         param_bytes=param_bytes,
         compile_s=seconds,
@@ -175,6 +176,12 @@ def plan_step(
         baseline=baseline,
         stream=stream,
     )
+
+
+def _positions(cfg: Config) -> str:
+    """How a window shorter than the model's positions is shown: ``" of 256 positions"``."""
+    positions = cfg.model.seq_len
+    return "" if cfg.window == positions else f" of the model's {positions} positions"
 
 
 def _micro_batches(cfg: Config, mesh: Mesh, mem: StepMemory | None, trained_bytes: int) -> Knob:
@@ -232,8 +239,8 @@ def _micro_batches(cfg: Config, mesh: Mesh, mem: StepMemory | None, trained_byte
             f"Even a micro-batch of {t.batch_size // most} sequence(s) is estimated not to fit "
             f"(the estimate errs high: gpt train --dry-run --set train.grad_accum={most} measures "
             f"it). Try {remat}a smaller model (model.d_model, model.n_layers), a shorter "
-            "model.seq_len, or more devices with mesh.fsdp to shard the state; --dry-run checks "
-            "each."
+            "training window (data.seq_len), or more devices with mesh.fsdp to shard the state; "
+            "--dry-run checks each."
         )
 
     return Knob(

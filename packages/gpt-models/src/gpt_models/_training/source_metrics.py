@@ -21,15 +21,15 @@ class SourceMetrics:
     """``logs, per_source = metrics(step, logs)``: ``row_loss`` taken out of the step's logs and
     turned into the per-source metrics; a run without ``data.sources`` passes its logs through.
 
-    ``tokens/<source>`` counts the predicted tokens (``model.seq_len`` per row, as ``tokens_per_s``
-    counts them) of every step so far; ``loss/<source>`` is the mean train loss (nats per token)
-    of the step's rows from that source, logged only at steps that drew one.
+    ``tokens/<source>`` counts the predicted tokens (the window, ``data.seq_len``, per row, as
+    ``tokens_per_s`` counts them) of every step so far; ``loss/<source>`` is the mean train loss
+    (nats per token) of the step's rows from that source, logged only at steps that drew one.
     """
 
     def __init__(self, cfg: Config, dataset: Dataset, restored: Any, stream: TextIO) -> None:
         self.mix = dataset.train if isinstance(dataset.train, MixedTokens) else None
         self.seed, self.batch = cfg.train.seed, cfg.train.batch_size
-        self.seq_len = cfg.model.seq_len
+        self.seq_len = cfg.window
         self.tokens = np.zeros(len(self.mix.parts) if self.mix else 0, np.int64)
         if self.mix is None:
             return

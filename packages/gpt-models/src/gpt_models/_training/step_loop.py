@@ -87,7 +87,7 @@ class StepLoop:
         self.progress = Progress(
             t.steps,
             self.start,
-            t.batch_size * cfg.model.seq_len,
+            t.batch_size * cfg.window,
             flops_per_token(cfg),
             peak,
             every=cfg.log.every,
@@ -125,11 +125,16 @@ class StepLoop:
                 f"{trained:,} of {n:,} parameters ({100 * trained / n:.2f}%: "
                 f"LoRA {lora_summary(self.cfg.model)}; the rest frozen)"
             )
-        ds = self.dataset
+        ds, cfg = self.dataset, self.cfg
+        window = (  # a window shorter than the model's positions (a fine-tune at a shorter length)
+            ""
+            if cfg.window == cfg.model.seq_len
+            else f", windows of {cfg.window} of the model's {cfg.model.seq_len} positions"
+        )
         print(
             f"Training {what} on {self.mesh.devices.size} "
             f"{jax.default_backend()} device(s), mesh {dict(self.mesh.shape)}, data {ds.source} "
-            f"({len(ds.train):,} train / {len(ds.val):,} val tokens) -> {self.run_dir}",
+            f"({len(ds.train):,} train / {len(ds.val):,} val tokens{window}) -> {self.run_dir}",
             file=self.stream,
         )
         if self.peak_note:
@@ -160,7 +165,7 @@ class StepLoop:
             seed=t.seed,
             batch_size=t.batch_size,
             grad_accum=t.grad_accum,
-            seq_len=self.cfg.model.seq_len,
+            seq_len=self.cfg.window,
             process_index=jax.process_index(),
             process_count=jax.process_count(),
         )
