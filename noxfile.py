@@ -71,7 +71,7 @@ TEST_EXTRAS = {
     "paramspec-sharding": ["orbax-checkpoint"],
     "gpt-models": ["wandb", "pandas", "tensorboardX", "tbparse"],
 }
-TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3.1"]
+TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3.1", "pytest-xdist>=3.6"]
 # The JAX versions the matrix tests besides the locked ones, each with the Python it runs on
 # (JAX 0.11 and later need Python >= 3.12). The first is the oldest supported JAX: `floors` runs it.
 JAX_MATRIX = {
@@ -241,8 +241,10 @@ def tests(session: nox.Session) -> None:
     h.sync_locked(session, venv, "dev", python=python)
     py = str(venv / "bin" / "python")
     h.print_jax(session, py)
-    # Every folder runs, and the session fails after the last, listing every failure.
-    groups = [[folder] for folder in [*h.package_test_dirs(PACKAGES), "integration_tests"]]
+    # Every folder runs, and the session fails after the last, listing every failure. A package's
+    # tests run on every CPU (pytest-xdist); the integration tests start processes of their own.
+    groups = [[folder, *h.workers()] for folder in h.package_test_dirs(PACKAGES)]
+    groups.append(["integration_tests"])
     groups.append([".ci/tests", "--doctest-modules", *(f".ci/{m}.py" for m in CI_MODULES)])
     h.pytest_each(session, py, groups)
 
@@ -265,7 +267,7 @@ def next_primitives(session: nox.Session) -> None:
         )
     for flag, keywords in NEXT_FLAGS.items():
         env = {**h.ENV, "JAX_NEXT_FLAGS": flag}
-        args = [*h.PYTEST, *NEXT_FLAG_SUITES, "-k", keywords, *session.posargs]
+        args = [*h.PYTEST, *h.workers(), *NEXT_FLAG_SUITES, "-k", keywords, *session.posargs]
         session.run(py, "-m", *args, env=env, external=True)
 
 
@@ -282,7 +284,7 @@ def integration(session: nox.Session, jax: str) -> None:
     h.print_jax(session, py)
     oldest = jax == next(iter(JAX_MATRIX))
     for paths in h.existing_tests(MATRIX_INTEGRATION_TESTS if oldest else MATRIX_TESTS):
-        h.pytest(session, py, *paths)
+        h.pytest(session, py, *paths, *h.workers())
 
 
 @nox.session(venv_backend="none")
@@ -298,7 +300,7 @@ def integration_newest(session: nox.Session) -> None:
     if newest == locked:
         session.log(f"JAX {newest} is the locked one: `tests` ran the integration tests on it")
     for paths in h.existing_tests(picked):
-        h.pytest(session, py, *paths)
+        h.pytest(session, py, *paths, *h.workers())
 
 
 @nox.session(python=False)
@@ -316,7 +318,8 @@ def floors(session: nox.Session) -> None:
         py = h.make_venv(session, JAX_MATRIX[oldest], f"floors-{pkg}")
         h.install_at_floors(session, py, pkg, PACKAGES, TEST_EXTRAS[pkg], TEST_TOOLS, oldest)
         folder = f"packages/{pkg}/tests"
-        h.pytest(session, py, *([f"{folder}/{f}" for f in FLOORS_TESTS.get(pkg, [])] or [folder]))
+        tests = [f"{folder}/{f}" for f in FLOORS_TESTS.get(pkg, [])] or [folder]
+        h.pytest(session, py, *tests, *h.workers())
     h.dev_tools_at_floors(session, h.make_venv(session, "3.11", "floors-dev-tools"), PACKAGES)
 
 
@@ -381,7 +384,7 @@ def interop(session: nox.Session) -> None:
     data = ROOT / "packages" / "gpt-models" / "tests" / "data"
     if "regen" in session.posargs:
         session.run("python", str(data / "make_hf_golden.py"), env=h.ENV)
-    session.run(*h.PYTEST, "-m", "interop", *INTEROP_TESTS, env=h.ENV)
+    session.run(*h.PYTEST, *h.workers(), "-m", "interop", *INTEROP_TESTS, env=h.ENV)
     session.run("python", str(data / "check_hf_interop.py"), env=h.ENV)
 
 

@@ -158,6 +158,19 @@ def locked_version(name: str, python: str = "3.11") -> str:
 # --- tests ---------------------------------------------------------------------------------------
 
 
+def workers() -> list[str]:
+    """pytest-xdist's arguments for one worker per CPU (at most 4), whole files to a worker
+    (``loadfile``: a module's fixtures are made once), or ``[]`` on one CPU.
+
+    Example:
+        >>> args = workers()
+        >>> args == [] or (args[0], args[2:]) == ("-n", ["--dist", "loadfile"])
+        True
+    """
+    n = min(4, os.cpu_count() or 1)
+    return [] if n < 2 else ["-n", str(n), "--dist", "loadfile"]
+
+
 def pytest(session: nox.Session, python: str, *args: str) -> None:
     """Run pytest with the CI environment in the venv of ``python`` (``"python"``: the session's)."""
     external = python != "python"
@@ -386,4 +399,5 @@ def check_wheel(session: nox.Session, pkg: str, packages: Sequence[str], dist: P
     # above the copy, and --confcutdir makes pytest load it from there.
     shutil.copy(ROOT / "conftest.py", tmp / "conftest.py")
     paths = [str(tests / f) for f in picked] or [str(tests)]
-    session.run(py, "-m", *PYTEST, "--confcutdir", str(tmp), *paths, env=ENV, external=True)
+    args = [*PYTEST, *workers(), "--confcutdir", str(tmp), *paths]
+    session.run(py, "-m", *args, env=ENV, external=True)
