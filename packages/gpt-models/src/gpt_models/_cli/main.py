@@ -1,4 +1,5 @@
-"""The ``gpt`` command line: ``gpt train``, ``prepare``, ``sample``, ``eval``, ``config show``.
+"""The ``gpt`` command line: ``gpt train``, ``prepare``, ``sample``, ``eval``, ``serve``,
+``config show``.
 
 This module is the argument parser and the exit statuses; what each command does is
 ``commands.py``. User mistakes (bad flags, unknown config keys, bad values, missing data, an
@@ -21,6 +22,7 @@ from .._errors import TrainingDivergedError, UsageError
 from .hf import export_parser, import_parser
 from .prepare import prepare_parser
 from .quiet_stderr import quiet_stderr
+from .serve import serve_parser
 
 EXIT_USAGE = 2
 EXIT_DIVERGED = 1
@@ -80,7 +82,9 @@ def _parser() -> argparse.ArgumentParser:
         help="print the versions of gpt-models, the stack under it and JAX",
     )
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{train,prepare,sample,eval,config,import,export}"
+        dest="command",
+        required=True,
+        metavar="{train,prepare,sample,eval,serve,config,import,export}",
     )
     train = sub.add_parser(
         "train",
@@ -93,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser(
         "eval", help="validation loss, bits per byte of text, or task accuracy of a run"
     )
+    serve = sub.add_parser(
+        "serve", help="serve a run over the OpenAI API (needs pip install 'gpt-models[serve]')"
+    )
     config = sub.add_parser("config", help="show a resolved config: gpt config show")
     imports = sub.add_parser("import", help="make a run folder from a Hugging Face model folder")
     export = sub.add_parser("export", help="write a run as a Hugging Face model folder")
@@ -100,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     _sample_parser(sample)
     _eval_parser(evaluate)
     _config_parser(config)
+    serve_parser(serve)
     prepare_parser(prepare)
     import_parser(imports)
     export_parser(export)
@@ -439,11 +447,13 @@ def run(args: argparse.Namespace) -> int:
     from .commands import config_show_command, eval_command, sample_command, train_command
     from .hf import export_command, import_command
     from .prepare import prepare_command
+    from .serve import serve_command
 
     command = {
         "train": train_command,
         "sample": sample_command,
         "eval": eval_command,
+        "serve": serve_command,
         "config": config_show_command,
         "prepare": prepare_command,
         "import": import_command,

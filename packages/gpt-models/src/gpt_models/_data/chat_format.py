@@ -100,7 +100,16 @@ class ChatFormat:
         Raises:
             DataError: the template cannot be compiled or raises for one user turn.
         """
-        user = [{"role": "user", "content": text}]
+        return self.conversation([{"role": "user", "content": text}])
+
+    def conversation(self, messages: list[dict[str, str]]) -> str:
+        """``messages`` (``role``, ``content``) written by the template, then the header of the
+        assistant's reply (as :meth:`prompt` writes one user turn).
+
+        Raises:
+            DataError: the template cannot be compiled or raises for these messages.
+        """
+        user = list(messages)
         try:
             compiled = compile_template(self.template, Path(self.kept_in))
         except DataError as err:  # its message is prepare's; Jinja's own says what is wrong

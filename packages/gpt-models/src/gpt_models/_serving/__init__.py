@@ -1,0 +1,13 @@
+"""``gpt serve``: a finished run answering over the OpenAI API.
+
+The decoding programs, a KV cache of ``--max-batch`` slots that requests join between steps
+(``decode.py``), the engine thread that runs them (``engine.py``), the requests as the API
+writes them (``requests.py``), the text a sequence has produced, cut at its stop strings
+(``text.py``), the ASGI app (``app.py``, starlette), the server and its drain on SIGTERM
+(``server.py``, uvicorn) and the memory pre-flight of the cache (``plan.py``).
+
+Layer 6 of gpt_models, beside ``_inference`` and ``_training``: it may import ``_inference``
+(sampling's settings and lengths) and every layer below, never ``_training``; only ``_cli`` imports
+it. starlette and uvicorn (the ``gpt-models[serve]`` extra) are imported by ``app.py`` and
+``server.py`` alone.
+"""
