@@ -2,8 +2,8 @@
 
 The layers, bottom to top (each subpackage's ``__init__`` docstring says the same):
 ``_errors``, ``_console`` < ``_config`` < ``_data``, ``_distributed`` < ``_model`` < ``_runs`` <
-``_compute`` < ``_inference``, ``_training`` < ``_cli``. Two subpackages of one layer never import
-each other: training takes evaluation and sampling as hooks from the command.
+``_compute`` < ``_inference``, ``_training``, ``_serving`` < ``_cli``. Two subpackages of one
+layer never import each other: training takes evaluation and sampling as hooks from the command.
 Imports are read from the installed sources with ``ast``, function-level (lazy) imports included.
 Beside the layers sit the modules that assemble them: ``__init__`` (the public API), ``__main__``
 and ``internal`` (what the tests and benchmarks may reach).
@@ -30,6 +30,7 @@ LAYERS = {
     "_compute": 5,
     "_inference": 6,
     "_training": 6,
+    "_serving": 6,
     "_cli": 7,
 }
 

@@ -6,8 +6,8 @@ writes them (``requests.py``), the text a sequence has produced, cut at its stop
 (``text.py``), the ASGI app (``app.py``, starlette), the server and its drain on SIGTERM
 (``server.py``, uvicorn) and the memory pre-flight of the cache (``plan.py``).
 
-Layer 6 of gpt_models, beside ``_inference`` and ``_training``: it may import ``_inference``
-(sampling's settings and lengths) and every layer below, never ``_training``; only ``_cli`` imports
-it. starlette and uvicorn (the ``gpt-models[serve]`` extra) are imported by ``app.py`` and
-``server.py`` alone.
+Layer 6 of gpt_models, beside ``_inference`` and ``_training``, neither of which it imports (the
+command hands it the run's tokenizer, chat format and stop ids): it may import every layer below;
+only ``_cli`` imports it. starlette and uvicorn (the ``gpt-models[serve]`` extra) are imported by
+``app.py`` and ``server.py`` alone.
 """

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .._data.run_tokenizer import decode_lenient
 from .engine import Engine, Piece, Sequence, draw_key
 from .requests import ApiError, Asked, Model, chat, completion
 from .text import Text
@@ -161,7 +162,8 @@ async def _generate(service: Service, asked: Asked) -> Response:
             kind="server_error",
             code="server_busy",
         )
-    reply = _Reply(service.model.name, asked, len(seqs))
+    tok = service.model.tokenizer
+    reply = _Reply(service.model.name, asked, len(seqs), lambda t: decode_lenient(tok, [t]))
     if asked.stream:
         return StreamingResponse(
             _stream(reply, queue, seqs, service.engine), media_type="text/event-stream"
@@ -196,8 +198,10 @@ def _event(data: dict[str, Any]) -> str:
 class _Reply:
     """The texts of one request as their pieces arrive, and the API's objects for them."""
 
-    def __init__(self, name: str, asked: Asked, count: int) -> None:
-        self.name, self.asked = name, asked
+    def __init__(
+        self, name: str, asked: Asked, count: int, token_text: Callable[[int], str]
+    ) -> None:
+        self.name, self.asked, self.token_text = name, asked, token_text
         kind = "chatcmpl" if asked.chat else "cmpl"
         self.id, self.created = f"{kind}-{secrets.token_hex(12)}", int(time.time())
         self.texts = [""] * count
@@ -233,9 +237,10 @@ class _Reply:
         if not self.asked.logprobs:
             return None
         if self.asked.chat:
-            return {"content": [{"token": str(t), "logprob": lp, "bytes": None,
-                                 "top_logprobs": []} for t, lp in tokens]}  # fmt: skip
-        return {"tokens": [str(t) for t, _ in tokens],
+            return {"content": [{"token": self.token_text(t), "logprob": lp,
+                                 "bytes": list(self.token_text(t).encode()), "top_logprobs": []}
+                                for t, lp in tokens]}  # fmt: skip
+        return {"tokens": [self.token_text(t) for t, _ in tokens],
                 "token_logprobs": [lp for _, lp in tokens], "top_logprobs": None,
                 "text_offset": None}  # fmt: skip
 

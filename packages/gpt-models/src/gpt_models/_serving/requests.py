@@ -3,8 +3,9 @@
 Every refusal is an :class:`ApiError` that names the field (OpenAI's ``param``), what it got and
 what it takes. A field the request leaves out takes the run's ``[sample]`` value, as
 ``gpt sample`` does (``max_tokens`` is capped to the context, as ``--max-new-tokens`` is); a
-``max_tokens`` given that does not fit is refused instead. ``top_k`` is not OpenAI's, but vLLM's
-servers take it too.
+``max_tokens`` given that does not fit is refused instead. ``top_k`` and ``ignore_eos`` (go on past
+the end-of-text or end-of-turn token, for fixed-length benchmarks) are not OpenAI's fields; vLLM's
+servers take them too.
 """
 
 from __future__ import annotations
@@ -246,7 +247,8 @@ def completion(body: dict[str, Any], model: Model) -> Asked:
     if _flag(body, "echo"):
         raise _bad("echo", "true is not supported: the text returned is the continuation only")
     lengths = _lengths(body, model, prompts, "prompt")
-    return Asked(False, tuple(prompts), lengths, ends=model.ends, logprobs=logprobs == 0,
+    ends = () if _flag(body, "ignore_eos") else model.ends
+    return Asked(False, tuple(prompts), lengths, ends=ends, logprobs=logprobs == 0,
                  **settings)  # fmt: skip
 
 
@@ -299,8 +301,10 @@ def chat(body: dict[str, Any], model: Model) -> Asked:
     prompts = [_encode(model, text, "messages")]
     lengths = _lengths(body, model, prompts, "messages")
     stop = settings.pop("stop")
-    ends = model.chat.end_of_turn_ids
-    if not ends and model.chat.end_of_turn_text.strip():  # no one id: cut at its text
+    ends = () if _flag(body, "ignore_eos") else model.chat.end_of_turn_ids
+    if (
+        not ends and not _flag(body, "ignore_eos") and model.chat.end_of_turn_text.strip()
+    ):  # no one id: cut at its text
         stop = (*stop, model.chat.end_of_turn_text)
     return Asked(True, tuple(prompts), lengths, stop=stop, ends=ends,
                  logprobs=_flag(body, "logprobs"), **settings)  # fmt: skip
