@@ -218,11 +218,14 @@ def test_an_unknown_model_gets_404_and_bad_json_400_and_the_server_goes_on(serve
 
 
 def test_one_compile_per_program_and_bucket(server, client):
-    # After every request above: the step compiled once, each prompt bucket (16, 32) at most once.
+    # After every request above: each step size (1, 2, 4 busy slots) and each prompt bucket
+    # (16, 32 tokens) compiled once at most; the step sizes all before the server was ready.
     log = server[2].read_text()
-    assert log.count("compiled the step program") == 1, log
-    assert log.count("compiled the prefill program (prompts of up to 16 tokens)") == 1, log
-    assert log.count("compiled the prefill program (prompts of up to 32 tokens)") <= 1, log
+    compiles = re.findall(r"compiled the (.*) program \((.*)\) in", log)
+    assert len(compiles) == len(set(compiles)), log
+    steps = [size for program, size in compiles if program == "step"]
+    assert steps == ["1 slots", "2 slots", "4 slots"], log
+    assert log.index("4 slots") < log.index("gpt serve: ready")
 
 
 def test_sigterm_drains_the_request_in_flight_then_exits_0(tmp_path, patience):

@@ -14,12 +14,17 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .._errors import UsageError
 from .empty_values import refuse_empty
 
 EXTRA = "pip install 'gpt-models[serve]'"
 KEY_ENV = "GPT_SERVE_API_KEY"
+
+if TYPE_CHECKING:
+    from .._config.schema import Config
+    from .._serving.requests import Model
 
 
 def serve_parser(p: argparse.ArgumentParser) -> None:
@@ -71,8 +76,8 @@ def serve_parser(p: argparse.ArgumentParser) -> None:
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="on SIGTERM or Ctrl-C: let requests in flight finish for up to this long, then exit "
-        "0; default 30",
+        help="on SIGTERM: let requests in flight finish for up to this long, then exit 0 "
+        "(Ctrl-C: the same, then exit 130); default 30",
     )
     p.add_argument(
         "--dry-run",
@@ -157,7 +162,8 @@ def serve_command(args: argparse.Namespace) -> int:
     return _serve(args, model, cfg, params, f"{run} at step {step}")
 
 
-def _serve(args: argparse.Namespace, model, cfg, params, what: str) -> int:  # type: ignore[no-untyped-def]
+def _serve(args: argparse.Namespace, model: Model, cfg: Config, params: Any, what: str) -> int:
+    """Warm the engine up (its programs compiled), then serve until stopped."""
     from .._distributed.mesh import on_one_device
     from .._serving.app import Service
     from .._serving.decode import split_cache

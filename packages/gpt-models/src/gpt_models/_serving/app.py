@@ -89,7 +89,7 @@ def _check_key(request: Request, key: str | None) -> None:
         return
     given = request.headers.get("authorization", "")
     scheme, _, token = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), key):
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
         what = "no API key" if not given else "a wrong API key"
         raise ApiError(
             401,

@@ -4,9 +4,10 @@ positions that sequences join and leave between steps.
 Each slot is decoded as a batch of one with its own cache position: the model's cache keeps one
 write index for its whole batch, so the step maps the model over the slots (``jax.vmap``), each
 with its own index. ``prefill`` writes one prompt (padded to its bucket's length) into one slot and
-samples its first token; ``step`` feeds every slot its last token and samples the next. A slot
-that holds no sequence is decoded too (its result is dropped): the step's shapes never change, so
-it compiles once, and ``prefill`` once per prompt bucket.
+samples its first token; ``step`` feeds each of the first ``k`` slots its last token and samples
+the next, ``k`` the busy slots' count rounded up to a power of two (the busy slots are kept first:
+``move``). A slot past the busy ones within ``k`` is decoded too (its result is dropped), so the
+step compiles once per ``k``, and ``prefill`` once per prompt bucket.
 
 A prompt padded past its length leaves the pad's keys in the cache, past the slot's position:
 attention never sees them (a query sees the positions up to its own), and the tokens decoded
@@ -118,16 +119,27 @@ def step(
     cfg: Any, weights: bx.Params, cache: bx.Params, tokens: Array, positions: Array,
     knobs: Knobs, made: Array,
 ) -> tuple[Array, Array, bx.Params]:  # fmt: skip
-    """One decoding step of every slot: ``tokens`` (each slot's last, at ``positions``) in, the
-    next tokens (slot ``s``'s draws with ``made[s]``, its count of tokens so far), their
-    log-probabilities and the cache out."""
+    """One decoding step of the first ``k`` slots (``k``: the length of ``tokens``, each slot's
+    last token, at ``positions``): the next tokens (slot ``s`` draws with ``made[s]``, its count
+    of tokens so far), their log-probabilities and the cache. The slots past ``k`` are left as
+    they are: a step costs what its busy slots need, one compile per ``k``."""
     model = gpt(cfg)
+    k = tokens.shape[0]
 
     def one(row: bx.Params, token: Array, position: Array) -> tuple[Array, bx.Params]:
         p = weights.merge(_at(row, position))
         logits, p = model(p, token[None, None], positions=position[None], decode=True)
         return logits[0, 0], split_cache(p)[1]
 
-    logits, cache = jax.vmap(one)(cache, tokens, positions)
+    first = jax.tree.map(lambda c: c[:k], cache)
+    logits, first = jax.vmap(one)(first, tokens, positions)
+    cache = jax.tree.map(lambda c, f: c.at[:k].set(f), cache, first)
     new, logprobs = jax.vmap(pick)(logits, knobs, made)
     return new, logprobs, cache
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def move(cache: bx.Params, source: Array, target: Array) -> bx.Params:
+    """The cache with slot ``source``'s rows copied to slot ``target`` (the busy slots are kept
+    first, so that a step decodes only them)."""
+    return jax.tree.map(lambda c: c.at[target].set(c[source]), cache)

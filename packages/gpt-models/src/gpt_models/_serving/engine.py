@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .decode import Knobs, empty_cache, prefill, step
+from .decode import Knobs, empty_cache, move, prefill, step
 from .text import Text
 
 _MIN_BUCKET = 16  # the shortest prompt bucket: prompts are padded to a power of two from here
@@ -54,6 +55,7 @@ class Sequence:
     text: Text
     emit: Callable[[Piece], None]
     made: int = 0
+    slot: int = -1
     cancelled: bool = False
     pending: list[tuple[int, float]] = dataclasses.field(default_factory=list)
 
@@ -64,14 +66,25 @@ def bucket(length: int, max_len: int) -> int:
     return min(max(_MIN_BUCKET, 1 << (length - 1).bit_length()), max_len)
 
 
+def step_size(busy: int, slots: int) -> int:
+    """The slots a step decodes for ``busy`` busy ones: the next power of two, at most
+    ``slots``."""
+    return min(1 << max(busy - 1, 0).bit_length(), slots)
+
+
 class Engine:
-    """The decoding loop of ``gpt serve`` (see the module docstring)."""
+    """The decoding loop of ``gpt serve`` (see the module docstring).
+
+    The busy sequences hold the first slots, in ``active`` (a sequence's ``slot`` is its index
+    there): a step decodes only them, rounded up to a power of two. A sequence that ends gives its
+    slot to the last busy one (its cache rows are moved).
+    """
 
     def __init__(self, cfg: Any, weights: Any, limits: tuple[int, int, int], log: TextIO) -> None:
         self.cfg, self.weights, self.log = cfg, weights, log
         self.slots, self.max_len, self.max_queue = limits
         self.cache = empty_cache(weights, cfg, self.slots, self.max_len)
-        self.active: list[Sequence | None] = [None] * self.slots
+        self.active: list[Sequence] = []
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.cond = threading.Condition()
         self.stopping = False
@@ -96,7 +109,7 @@ class Engine:
 
     def load(self) -> int:
         """Sequences held: decoding and waiting."""
-        return len(self.waiting) + sum(s is not None for s in self.active)
+        return len(self.waiting) + len(self.active)
 
     def submit(self, seqs: list[Sequence]) -> bool:
         """Hold ``seqs`` for decoding; False (nothing held) when that would pass the bound."""
@@ -113,48 +126,56 @@ class Engine:
             s.cancelled = True
 
     def warm_up(self) -> None:
-        """Compile the step (and the shortest prompt bucket) before the server takes requests."""
-        self._note("step", self.slots, self._step)
+        """Compile every step size, the slot move and the shortest prompt bucket before the
+        server takes requests (a compile while serving would stall every sequence)."""
+        k = 1
+        while True:
+            self._note("step", k, functools.partial(self._step, k))
+            if k == self.slots:
+                break
+            k = min(2 * k, self.slots)
+        self.cache = move(self.cache, jnp.int32(0), jnp.int32(0))
         self._note("prefill", bucket(1, self.max_len), lambda: self._prefill_at(0, (0,)))
 
     def _run(self) -> None:
         while True:
             with self.cond:
-                while not self.waiting and not any(self.active) and not self.stopping:
+                while not self.waiting and not self.active and not self.stopping:
                     self.cond.wait()
-                if self.stopping and not self.waiting and not any(self.active):
+                if self.stopping and not self.waiting and not self.active:
                     return
                 taken = self._take()
             try:
-                for slot, seq in taken:
-                    self._start(slot, seq)
-                if any(self.active):
+                for seq in taken:
+                    self._start(seq)
+                if self.active:
                     self._advance()
             except Exception as err:  # a failed program fails the sequences it held, not the server
                 print(f"gpt serve: decoding failed: {type(err).__name__}: {err}", file=self.log)
-                for slot, seq in enumerate(self.active):
-                    if seq is not None:
-                        self._finish(slot, seq, "error")
+                for seq in list(self.active):
+                    self._finish(seq, "error")
+                # The programs donate the cache: after a failure it may be gone.
+                self.cache = empty_cache(self.weights, self.cfg, self.slots, self.max_len)
 
-    def _take(self) -> list[tuple[int, Sequence]]:
+    def _take(self) -> list[Sequence]:
         taken = []
-        free = [i for i, s in enumerate(self.active) if s is None]
-        while free and self.waiting:
+        while len(self.active) < self.slots and self.waiting:
             seq = self.waiting.popleft()
             if seq.cancelled:
                 continue
-            slot = free.pop(0)
-            self.active[slot] = seq
-            taken.append((slot, seq))
+            seq.slot = len(self.active)
+            self.active.append(seq)
+            taken.append(seq)
         return taken
 
-    def _start(self, slot: int, seq: Sequence) -> None:
-        """Prefill ``seq`` into ``slot``: its first token."""
+    def _start(self, seq: Sequence) -> None:
+        """Prefill ``seq`` into its slot: its first token."""
+        slot = seq.slot
         self.temperature[slot], self.top_p[slot], self.top_k[slot] = seq.knobs
         self.keys[slot] = seq.key
         size = bucket(len(seq.ids), self.max_len)
         token, logprob = self._note("prefill", size, lambda: self._prefill_at(slot, seq.ids))
-        self._accept(slot, seq, int(token), float(logprob))
+        self._accept(seq, int(token), float(logprob))
 
     def _prefill_at(self, slot: int, ids: tuple[int, ...]) -> tuple[Any, Any]:
         padded = np.zeros((1, bucket(len(ids), self.max_len)), np.int32)
@@ -169,15 +190,17 @@ class Engine:
         return self.temperature, self.top_p, self.top_k, self.keys
 
     def _advance(self) -> None:
-        tokens, logprobs = self._note("step", self.slots, self._step)
-        for slot, seq in enumerate(self.active):
-            if seq is not None:
-                self._accept(slot, seq, int(tokens[slot]), float(logprobs[slot]))
+        k = step_size(len(self.active), self.slots)
+        busy = list(self.active)  # index i: the slot the step decoded it in
+        tokens, logprobs = self._note("step", k, lambda: self._step(k))
+        for i, seq in enumerate(busy):
+            self._accept(seq, int(tokens[i]), float(logprobs[i]))
 
-    def _step(self) -> tuple[np.ndarray, np.ndarray]:
-        knobs = Knobs(*(jnp.asarray(a) for a in self._knob_arrays()))
+    def _step(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        knobs = Knobs(*(jnp.asarray(a[:k]) for a in self._knob_arrays()))
+        rows = (self.tokens[:k], self.positions[:k])
         new, logprobs, self.cache = step(
-            self.cfg, self.weights, self.cache, self.tokens, self.positions, knobs, self.made
+            self.cfg, self.weights, self.cache, *rows, knobs, self.made[:k]
         )
         return jax.device_get((new, logprobs))  # type: ignore[no-any-return]
 
@@ -198,22 +221,23 @@ class Engine:
         )
         return out
 
-    def _accept(self, slot: int, seq: Sequence, token: int, logprob: float) -> None:
+    def _accept(self, seq: Sequence, token: int, logprob: float) -> None:
         """``seq`` drew ``token``: give out its text, and end it or feed the token back."""
         if seq.cancelled:
-            self._release(slot)
+            self._release(seq)
             return
         seq.made += 1
         ended = token in seq.ends
         seq.pending.append((token, logprob))
         piece = "" if ended else seq.text.add(token)
         if ended or seq.text.stopped:
-            self._finish(slot, seq, "stop", piece)
+            self._finish(seq, "stop", piece)
         elif seq.made >= seq.max_new:
-            self._finish(slot, seq, "length", piece)
+            self._finish(seq, "length", piece)
         else:
             if piece:
                 self._emit(seq, piece, None)
+            slot = seq.slot
             self.tokens[slot], self.made[slot] = token, seq.made
             self.positions[slot] = len(seq.ids) + seq.made - 1
 
@@ -221,14 +245,23 @@ class Engine:
         tokens, seq.pending = tuple(seq.pending), []
         seq.emit(Piece(seq.index, text, tokens, finish, len(seq.ids), seq.made))
 
-    def _finish(self, slot: int, seq: Sequence, why: str, piece: str = "") -> None:
+    def _finish(self, seq: Sequence, why: str, piece: str = "") -> None:
         self._emit(seq, piece + seq.text.flush(), why)
-        self._release(slot)
+        self._release(seq)
 
-    def _release(self, slot: int) -> None:
+    def _release(self, seq: Sequence) -> None:
+        """Free ``seq``'s slot: the last busy sequence moves into it."""
+        slot, last = seq.slot, self.active[-1]
+        if last is not seq:
+            self.cache = move(self.cache, jnp.int32(last.slot), jnp.int32(slot))
+            for a in (self.tokens, self.positions, self.made, *self._knob_arrays()):
+                a[slot] = a[last.slot]
+            last.slot = slot
         with self.cond:
-            self.active[slot] = None
-        self.tokens[slot] = self.positions[slot] = self.made[slot] = 0
+            self.active[slot] = last
+            self.active.pop()
+        end = len(self.active)
+        self.tokens[end] = self.positions[end] = self.made[end] = 0
 
 
 def draw_key(seed: int, index: int) -> np.ndarray:
