@@ -109,7 +109,7 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=120)
         text = log.read_text()
-    kv = re.search(r"KV cache\s+(.*)", text).group(1)  # type: ignore[union-attr]
+    kv = re.search(r"^KV cache\s+(.*)$", text, re.MULTILINE).group(1)  # type: ignore[union-attr]
     program = re.search(r"memory\s+(\S+ \S+)", text).group(1)  # type: ignore[union-attr]
     base = rows[1]["tokens_s"]
     table = "\n".join(
