@@ -33,7 +33,8 @@ HERE = Path(__file__).resolve().parent
 PROMPT = "The quick brown fox jumps over the lazy dog. "  # 45 byte tokens
 
 
-def make_run(root: Path) -> Path:
+def make_run(root: Path) -> tuple[Path, str]:
+    """The run folder, and its model in words."""
     import jax
 
     from gpt_models import PRESETS, export_hf, init_params, main
@@ -42,7 +43,9 @@ def make_run(root: Path) -> Path:
                               bias=False, tie_embeddings=False)  # fmt: skip
     export_hf(cfg, init_params(cfg, jax.random.key(0)), root / "hf")
     assert main(["import", str(root / "hf"), "--name", "bench", "--out", str(root)]) == 0
-    return root / "bench"
+    shape = (f"d_model {cfg.d_model}, {cfg.n_layers} layers, {cfg.n_heads} heads, seq_len "
+             f"{cfg.seq_len}")  # fmt: skip
+    return root / "bench", shape
 
 
 def start(run: Path, log: Path, max_batch: int) -> tuple[subprocess.Popen, str]:
@@ -99,7 +102,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     with tempfile.TemporaryDirectory() as tmp:
-        run = make_run(Path(tmp))
+        run, shape = make_run(Path(tmp))
         log = Path(tmp) / "serve.log"
         proc, url = start(run, log, 16)
         try:
@@ -122,8 +125,7 @@ def main() -> None:
 
 {provenance(cmd)}
 
-The `tiny` preset's shape (d_model 128, 4 layers, 4 heads, seq_len 256, Llama-style: RoPE,
-RMSNorm, SwiGLU), random weights, served by `gpt serve --max-batch 16`; each request is a
+The `tiny` preset's shape ({shape}; Llama-style: RoPE, RMSNorm, SwiGLU), random weights, served by `gpt serve --max-batch 16`; each request is a
 {len(PROMPT)}-token prompt and {args.new} new tokens (`ignore_eos`), {args.requests} requests per
 row, sent by that many client threads at once with the official `openai` client (after one warm-up
 request). Tokens/s: completion tokens over the row's wall time; latency: one request, end to end.

@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import numpy as np
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -126,7 +127,7 @@ async def _body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _sequences(asked: Asked, model: Model, emit: Callable[[Piece], None]) -> list[Sequence]:
+def _sequences(asked: Asked, model: Model, emit: Callable[[Piece], object]) -> list[Sequence]:
     seed = asked.seed if asked.seed is not None else secrets.randbits(31)
     seqs = []
     for p, (ids, max_new) in enumerate(zip(asked.prompts, asked.max_tokens)):
@@ -163,7 +164,8 @@ async def _generate(service: Service, asked: Asked) -> Response:
             code="server_busy",
         )
     tok = service.model.tokenizer
-    reply = _Reply(service.model.name, asked, len(seqs), lambda t: decode_lenient(tok, [t]))
+    token_text = lambda t: decode_lenient(tok, np.asarray([t]))
+    reply = _Reply(service.model.name, asked, len(seqs), token_text)
     if asked.stream:
         return StreamingResponse(
             _stream(reply, queue, seqs, service.engine), media_type="text/event-stream"
@@ -211,7 +213,7 @@ class _Reply:
         self.started = [False] * count
 
     def add(self, piece: Piece) -> None:
-        i = piece.index
+        i = piece.choice
         self.texts[i] += piece.text
         self.tokens[i] += piece.tokens
         self.finish[i] = piece.finish
@@ -247,17 +249,17 @@ class _Reply:
     def _text(self, i: int, text: str, tokens: Any, finish: str | None) -> dict[str, Any]:
         if self.asked.chat:
             key = "delta" if self.asked.stream else "message"
-            message = {"content": text}
+            message: dict[str, str] = {"content": text}
             if not self.asked.stream or not self.started[i]:
                 message = {"role": "assistant"} | message
             self.started[i] = True
-            body = {key: message}
+            body: dict[str, Any] = {key: message}
         else:
             body = {"text": text}
         return {"index": i, **body, "logprobs": self._logprobs(tokens), "finish_reason": finish}
 
     def chunk(self, piece: Piece) -> dict[str, Any]:
-        return self.frame([self._text(piece.index, piece.text, piece.tokens, piece.finish)])
+        return self.frame([self._text(piece.choice, piece.text, piece.tokens, piece.finish)])
 
     def whole(self) -> dict[str, Any]:
         choices = [

@@ -105,7 +105,7 @@ def prefill(
     """Write ``prompt`` (``(1, bucket)``, its first ``length`` tokens real) into ``slot``'s
     cache; the first new token, its log-probability and the cache."""
     model = gpt(cfg)
-    row = _at(jax.tree.map(lambda a: a[slot], cache), 0)
+    row = _at(jax.tree.map(lambda a: a[slot], cache), jnp.int32(0))
     bucket = prompt.shape[1]
     logits, row = model(weights.merge(row), prompt, positions=jnp.arange(bucket), decode=True)
     row = split_cache(row)[1]

@@ -31,10 +31,10 @@ _MIN_BUCKET = 16  # the shortest prompt bucket: prompts are padded to a power of
 
 
 class Piece(NamedTuple):
-    """New text of one sequence; ``finish`` (``stop``, ``length``, ``error``) once it ended.
-    ``tokens``: the ids produced since the last piece, with their log-probabilities."""
+    """New text of text ``choice`` of a request; ``finish`` (``stop``, ``length``, ``error``) once
+    it ended. ``tokens``: the ids produced since the last piece, with their log-probabilities."""
 
-    index: int
+    choice: int
     text: str
     tokens: tuple[tuple[int, float], ...]
     finish: str | None
@@ -53,7 +53,7 @@ class Sequence:
     key: np.ndarray  # the key data of its draws (:func:`draw_key`)
     ends: tuple[int, ...]
     text: Text
-    emit: Callable[[Piece], None]
+    emit: Callable[[Piece], object]
     made: int = 0
     slot: int = -1
     cancelled: bool = False

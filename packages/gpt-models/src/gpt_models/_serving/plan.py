@@ -24,12 +24,13 @@ def compile_step(cfg: Config, slots: int, max_len: int) -> Any:
     cache = jax.eval_shape(lambda w: empty_cache(w, cfg.model, slots, max_len), weights)
     key = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))
     rows = jax.ShapeDtypeStruct((slots,), jnp.int32)
-    knobs = Knobs(
+    specs: list[Any] = [
         jax.ShapeDtypeStruct((slots,), jnp.float32),
         jax.ShapeDtypeStruct((slots,), jnp.float32),
         rows,
         jax.ShapeDtypeStruct((slots, *key.shape), key.dtype),
-    )
+    ]
+    knobs = Knobs(*specs)
     return step.lower(cfg.model, weights, cache, rows, rows, knobs, rows).compile()
 
 

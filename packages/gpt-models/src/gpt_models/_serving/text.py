@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .._data.run_tokenizer import decode_lenient
 
 
@@ -26,7 +28,8 @@ class Text:
         """Append ``token``; the new text that is final (may be empty). After a stop string:
         ``stopped`` is set and the text ends before it."""
         self.ids.append(token)
-        self.text = decode_lenient(self.tokenizer, self.ids)  # whole: a merge may span tokens
+        # Decoded whole: a character (or a merge) may span tokens.
+        self.text = decode_lenient(self.tokenizer, np.asarray(self.ids))
         cut = min((i for i in (self.text.find(s) for s in self.stop) if i >= 0), default=-1)
         if cut >= 0:
             self.text, self.stopped = self.text[:cut], True
