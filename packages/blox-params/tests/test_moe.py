@@ -49,6 +49,7 @@ def test_the_dispatch_equals_every_expert_computed_densely(normalize):
     np.testing.assert_allclose(stats["expert_fraction"], counts, atol=1e-6)
     aux = 4 * np.sum(counts * 2 * probs.mean(0))
     np.testing.assert_allclose(stats["aux_loss"], aux, rtol=1e-5)
+    np.testing.assert_allclose(stats["router_prob"], probs.mean(0), rtol=1e-5)
 
 
 def test_experts_carry_their_logical_axis_and_gradients_reach_every_param():

@@ -117,3 +117,44 @@ def test_is_static_python_loop_equals_the_scan(remat):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), grad2, grad)
     # The loop is unrolled: no scan in its jaxpr.
     assert "scan" not in str(jax.make_jaxpr(lambda p: loop(p, x)[0])(params))
+
+
+class _Halves(bx.Module):
+    """A layer with a second output: halves its input and reports the input's largest value."""
+
+    def __init__(self, graph, rng):
+        super().__init__(graph)
+        self.lin = bx.Linear(graph / "lin", 4, rng=rng)
+
+    def __call__(self, params, x):
+        y, params = self.lin(params, x)
+        return (y / 2, {"peak": jnp.abs(x).max(), "mean": y.mean(-1)}), params
+
+
+@pytest.mark.parametrize("is_static", [False, True])
+def test_collect_stacks_each_copys_second_output(is_static):
+    graph = bx.Graph("net")
+    rng = bx.Rng(graph / "rng")
+    node = graph / "blocks"
+    stack = bx.Repeat(node, _Halves(node / "layer", rng), 3, rng=rng, collect=True,
+                      is_static=is_static)  # fmt: skip
+    x = jax.random.normal(jax.random.key(0), (2, 4))
+    (y, outs), params = stack(rng.seed(bx.Params(), seed=0), x)
+    assert outs["peak"].shape == (3,) and outs["mean"].shape == (3, 2)
+    kernel = params[("net", "blocks", "layer", "lin", "kernel")].value
+    bias = params[("net", "blocks", "layer", "lin", "bias")].value
+    h = x
+    for i in range(3):  # copy i reports on its own input
+        np.testing.assert_allclose(outs["peak"][i], jnp.abs(h).max(), rtol=1e-6)
+        h = (h @ kernel[i] + bias[i]) / 2
+    np.testing.assert_allclose(y, h, rtol=1e-5)
+    # The stacked outputs are differentiable like any other output.
+    weights, rest = params.split()
+    grads = jax.grad(lambda w: stack(w.merge(rest), x)[0][1]["mean"].sum())(weights)
+    assert float(jnp.abs(grads[("net", "blocks", "layer", "lin", "kernel")].value).max()) > 0
+
+
+def test_collect_with_a_layer_that_returns_one_output_is_refused():
+    stack, rng = _stack(collect=True)
+    with pytest.raises(ValueError, match=r"Repeat net/blocks: collect=True .* got an array of shape \(2, 4\) instead"):
+        stack(rng.seed(bx.Params(), seed=0), jnp.ones((2, 4)))

@@ -35,9 +35,12 @@ class MoE(Module):
 
     ``stats`` holds ``aux_loss``, the load-balancing loss of Switch and Mixtral,
     ``num_experts * sum_e f_e * P_e`` (``f_e``: the share of the ``N * top_k`` picks that went to
-    expert ``e`` times ``top_k``; ``P_e``: the mean router probability of ``e``; 1 when balanced,
-    differentiable through ``P``), and ``expert_fraction`` ``(num_experts,)``, the share of picks
-    each expert got (sums to 1).
+    expert ``e`` times ``top_k``; ``P_e``: the mean router probability of ``e``; ``top_k`` when
+    perfectly balanced, up to ``num_experts`` when one expert takes every pick; differentiable
+    through ``P``), ``expert_fraction`` ``(num_experts,)``, the share of picks each expert got
+    (sums to 1), and ``router_prob`` ``(num_experts,)``, the ``P_e``. A model of several MoE
+    layers combines the last two over its layers (Mixtral's loss averages each over all the
+    layers' tokens, then takes the same product).
 
     Args:
         graph: the node to bind to.
@@ -135,5 +138,5 @@ class MoE(Module):
         y = jnp.zeros((flat.shape[0], D), out.dtype).at[tokens].add(out)
         fraction = sizes.astype(jnp.float32) / picks.shape[0]
         aux = E * jnp.sum(fraction * k * probs.mean(0))
-        stats = {"aux_loss": aux, "expert_fraction": fraction}
+        stats = {"aux_loss": aux, "expert_fraction": fraction, "router_prob": probs.mean(0)}
         return (y.reshape(x.shape), stats), params

@@ -44,6 +44,9 @@ class Repeat(Module):
             (copy ``i`` is called with ``name=values[i]``), e.g. a sliding window on some layers
             and none on others. Under ``lax.scan`` each copy gets its value as a traced scalar;
             with ``is_static`` as the Python number.
+        collect: the layer returns ``(h, out)``: ``h`` feeds the next copy and ``out`` (any
+            pytree of arrays, e.g. a layer's statistics) is stacked over the copies (a leading
+            axis of ``num_layers``); the stack then returns ``(y, outs)``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -63,6 +66,14 @@ class Repeat(Module):
         ...                   per_layer={'factor': [2.0, 3.0]})
         >>> twice(params, jnp.ones(2))[0].tolist()
         [6.0, 6.0]
+        >>> class Norms(bx.Module):
+        ...     def __call__(self, params, x):
+        ...         return (x / 2, jnp.abs(x).max()), params
+        >>> node = graph / 'norms'
+        >>> halves = bx.Repeat(node, Norms(node / 'layer'), 3, rng=rng, collect=True)
+        >>> (y, outs), _ = halves(params, jnp.ones(2))
+        >>> outs.tolist()
+        [1.0, 0.5, 0.25]
     """
 
     def __init__(
@@ -77,6 +88,7 @@ class Repeat(Module):
         logical_axis: str | None = None,
         is_static: bool = False,
         per_layer: Mapping[str, Sequence[Any]] | None = None,
+        collect: bool = False,
     ) -> None:
         super().__init__(graph)
         n = len(graph.path)
@@ -89,7 +101,7 @@ class Repeat(Module):
         self.layer, self.rng = layer, rng
         self.num_layers = positive_int(num_layers, "num_layers", self)
         self.remat, self.remat_policy, self.logical_axis = remat, remat_policy, logical_axis
-        self.is_static = bool(is_static)
+        self.is_static, self.collect = bool(is_static), bool(collect)
         self.per_layer = {k: tuple(v) for k, v in (per_layer or {}).items()}
         for key, values in self.per_layer.items():
             if len(values) != self.num_layers:
@@ -111,23 +123,43 @@ class Repeat(Module):
             h, outer = carry
             layer_params, own = inputs
             out, merged = self.layer(outer.merge(layer_params), h, **kwargs, **own)
+            out, extra = self._split_output(out)
             h = self._check_carry(h, out)
             new_layer, outer = merged.split(self._is_mine)
-            return (h, outer), new_layer
+            return (h, outer), (new_layer, extra)
 
         body = jax.checkpoint(step, policy=self.remat_policy) if self.remat else step
         if not self.is_static:
             own = {k: jnp.asarray(v) for k, v in self.per_layer.items()}
-            (y, rest), new = jax.lax.scan(body, (x, rest), (stacked, own))
-            return y, params.merge(rest).merge(self._created_inside(new, stacked))
-        carry, outs = (x, rest), []
-        for i in range(self.num_layers):
-            own = {k: v[i] for k, v in self.per_layer.items()}
-            carry, out = body(carry, (jax.tree.map(lambda a, i=i: a[i], stacked), own))
-            outs.append(out)
-        (y, rest) = carry
-        new = jax.tree.map(lambda *a: jnp.stack(a), *outs)
-        return y, params.merge(rest).merge(self._created_inside(new, stacked))
+            (y, rest), (new, extras) = jax.lax.scan(body, (x, rest), (stacked, own))
+        else:
+            carry, outs = (x, rest), []
+            for i in range(self.num_layers):
+                own = {k: v[i] for k, v in self.per_layer.items()}
+                carry, out = body(carry, (jax.tree.map(lambda a, i=i: a[i], stacked), own))
+                outs.append(out)
+            (y, rest) = carry
+            new, extras = jax.tree.map(lambda *a: jnp.stack(a), *outs)
+        params = params.merge(rest).merge(self._created_inside(new, stacked))
+        return ((y, extras) if self.collect else y), params
+
+    def _split_output(self, out: Any) -> tuple[Any, Any]:
+        """``(h, extra)`` of one copy's output: with ``collect`` the layer returns that pair,
+        without it ``out`` is ``h`` and there is nothing to stack."""
+        if not self.collect:
+            return out, None
+        if not (isinstance(out, tuple) and len(out) == 2):
+            got = (
+                f"an array of shape {tuple(out.shape)}"
+                if hasattr(out, "shape")
+                else type(out).__name__
+            )
+            raise ValueError(
+                f"{self.name}: collect=True stacks a second output of each copy, so the layer "
+                f"{self.layer.name} must return ((h, out), params), got {got} instead of a "
+                "pair. Return the pair, or build the Repeat without collect."
+            )
+        return out
 
     def _created_inside(self, new: Params, before: Params) -> Params:
         """``new`` with the layer axis added to the metadata of params the copies created.
