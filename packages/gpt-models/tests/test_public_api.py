@@ -53,6 +53,7 @@ EXPECTED = {
     "sample_token",
     "to_items",
     "train",
+    "train_loss",
 }
 # Run folders, data batches, plotting and the CLI as a function.
 EXPECTED |= {

@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from ._model.gpt import param_count as param_count
     from ._model.gpt import param_specs as param_specs
     from ._model.loss import loss_fn as loss_fn
+    from ._model.loss import train_loss as train_loss
     from ._runs.adapter_export import export_adapter as export_adapter
     from ._runs.checkpoint import Checkpointer as Checkpointer
     from ._runs.checkpoint import CheckpointWarning as CheckpointWarning

@@ -111,6 +111,8 @@ class ModelConfig:
         moe_d_ff: each expert's hidden width (0 = d_ff).
         moe_norm_topk: renormalise the picked experts' router weights to sum to 1 (Mixtral;
             Qwen3-MoE's norm_topk_prob).
+        router_aux_loss_coef: weight of the experts' load-balancing loss in the training loss
+            (with n_experts; transformers' router_aux_loss_coef; 0 = off).
     """
 
     vocab_size: int = 256
@@ -152,6 +154,7 @@ class ModelConfig:
     experts_per_token: int = 2
     moe_d_ff: int = 0
     moe_norm_topk: bool = True
+    router_aux_loss_coef: float = 0.001
 
     @property
     def base(self) -> ModelConfig:
@@ -524,6 +527,7 @@ def _family_problems(m: ModelConfig) -> list[str]:
         ("rope_local_theta", m.rope_local_theta),
         ("attn_softcap", m.attn_softcap),
         ("attn_scalar", m.attn_scalar),
+        ("router_aux_loss_coef", m.router_aux_loss_coef),
     ):
         if not (math.isfinite(value) and value >= 0):
             problems.append(f"model.{key} = {value} must be a finite number >= 0 (0 = off)")

@@ -115,6 +115,9 @@ class Block(bx.Module):
     ``model.dropout`` and ``is_training=True`` the attention probabilities and both branch outputs
     are dropped, each with its own key from ``rng``; ``is_training`` reaches the MLP too.
     ``lora`` (a ``bx.LoRA``) adds adapters to the attention and MLP kernels it targets.
+    A block of experts (``model.n_experts > 0``) returns ``((y, stats), params)``: ``stats`` is
+    its ``bx.MoE``'s ``expert_fraction`` and ``router_prob`` (what the model's load-balancing loss
+    is made of), which ``blox.Repeat(collect=True)`` stacks over the layers.
     """
 
     def __init__(
@@ -192,7 +195,7 @@ class Block(bx.Module):
         constrain: Any = no_constraint,
         window: Any = None,
         rope_base: Any = None,
-    ) -> tuple[Array, bx.Params]:
+    ) -> tuple[Any, bx.Params]:
         h, params = _maybe(self.attn_norm, params, x)
         h, params = self.attn(
             params,
@@ -208,13 +211,17 @@ class Block(bx.Module):
         h, params = self.drop(params, h, is_training=is_training)
         x = x + h
         h, params = _maybe(self.mlp_norm, params, x)
+        stats = None
         if isinstance(self.mlp, bx.MoE):
-            (h, _), params = self.mlp(params, h)
+            (h, stats), params = self.mlp(params, h)
         else:
             h, params = self.mlp(params, h, is_training=is_training)
         h, params = _maybe(self.mlp_out_norm, params, h)
         h, params = self.drop(params, h, is_training=is_training)
-        return constrain(x + h, RESIDUAL), params
+        y = constrain(x + h, RESIDUAL)
+        if stats is None:
+            return y, params
+        return (y, {k: stats[k] for k in ("expert_fraction", "router_prob")}), params
 
 
 def _moe(graph: bx.Graph, cfg: ModelConfig, rng: bx.Rng, c: Common) -> bx.MoE:

@@ -47,6 +47,9 @@ class GPT(bx.Module):
     (:func:`loss_fn` seeds it from its ``dropout_key``). Build one with :func:`gpt` (cached per
     config). A model section carrying ``[lora]`` (``gpt(config)`` of a ``Config`` with
     ``lora.rank > 0``) builds its blocks with LoRA adapters: ``model.lora`` is their ``bx.LoRA``.
+    ``stats=True`` returns ``((logits, stats), params)``: for a mixture of experts
+    (``model.n_experts``) ``stats`` holds ``aux_loss`` and ``expert_fraction`` over all layers
+    (:func:`moe_stats`); a dense model's is ``{}``.
 
     Example:
         >>> import jax, jax.numpy as jnp, dataclasses
@@ -99,6 +102,7 @@ class GPT(bx.Module):
             logical_axis="layers",
             is_static=not cfg.scan_layers,
             per_layer=per_layer(cfg),
+            collect=cfg.n_experts > 0,  # each layer's router statistics
         )
         self.final_norm = c.norm(graph / "final_norm")
         self.unembed = None
@@ -124,7 +128,8 @@ class GPT(bx.Module):
         decode: bool = False,
         is_training: bool = False,
         constrain: Any = no_constraint,
-    ) -> tuple[Array, bx.Params]:
+        stats: bool = False,
+    ) -> tuple[Any, bx.Params]:
         cfg = self.cfg
         x, params = self._embed(params, tokens, constrain)
         if cfg.embed_scale:  # Gemma: sqrt(d_model), rounded to the activations' dtype first
@@ -148,6 +153,7 @@ class GPT(bx.Module):
             is_training=is_training,
             constrain=constrain,
         )
+        x, layers = x if cfg.n_experts else (x, None)
         x, params = self.final_norm(params, x)
         if self.unembed is None:
             logits, params = self.embed.attend(params, x)
@@ -158,6 +164,8 @@ class GPT(bx.Module):
             logits = cfg.logit_softcap * jnp.tanh(logits / cfg.logit_softcap)
         if cfg.real_vocab < cfg.vocab_size:  # padded ids: never sampled, never scored
             logits = jnp.where(jnp.arange(cfg.vocab_size) < cfg.real_vocab, logits, -jnp.inf)
+        if stats:
+            return (logits, moe_stats(cfg, layers)), params
         return logits, params
 
     def _embed(self, params: bx.Params, tokens: Array, constrain: Any) -> tuple[Array, bx.Params]:
@@ -180,6 +188,32 @@ class GPT(bx.Module):
         one = self.block.attn.init_cache(bx.Params(), (batch,), max_length, compute_dtype(self.cfg))
         stacked = jax.tree.map(lambda a: jnp.zeros((self.cfg.n_layers, *a.shape), a.dtype), one)
         return params.merge(stacked)
+
+
+def moe_stats(cfg: ModelConfig, layers: Any) -> dict[str, Array]:
+    """The load-balancing loss and per-expert token shares of a whole mixture-of-experts model.
+
+    ``layers`` holds each MoE layer's ``expert_fraction`` and ``router_prob`` ``(n_layers, E)``
+    (``bx.MoE``'s stats, stacked). As Mixtral's loss in transformers does, both are averaged
+    over every layer's tokens first, then multiplied: ``aux_loss = E * sum_e (k * f_e) * P_e``
+    with ``f_e`` the share of the picks expert ``e`` got and ``P_e`` its mean router
+    probability, over all layers (``k`` when balanced). ``expert_fraction`` ``(E,)`` is the
+    ``f_e``. A dense model (``layers`` None) has none: ``{}``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from gpt_models import ModelConfig
+        >>> cfg = ModelConfig(n_experts=4, experts_per_token=2)
+        >>> even = jnp.full((3, 4), 0.25)  # 3 layers, 4 experts, each picked as often
+        >>> float(moe_stats(cfg, {"expert_fraction": even, "router_prob": even})["aux_loss"])
+        2.0
+    """
+    if layers is None:
+        return {}
+    fraction = layers["expert_fraction"].mean(0)
+    prob = layers["router_prob"].mean(0)
+    aux = cfg.n_experts * jnp.sum(fraction * cfg.experts_per_token * prob)
+    return {"aux_loss": aux, "expert_fraction": fraction}
 
 
 @functools.cache

@@ -104,6 +104,19 @@ def next_token_losses(
 
     A packed batch's rows are read with their segment ids; its weights are :func:`loss_weights`.
     """
+    return losses_and_stats(params, batch, config, constrain, dropout_key=dropout_key)[0]
+
+
+def losses_and_stats(
+    params: bx.Params,
+    batch: Any,
+    config: Any,
+    constrain: Any = no_constraint,
+    *,
+    dropout_key: Array | None = None,
+) -> tuple[Array, dict[str, Array]]:
+    """:func:`next_token_losses` and the model's mixture-of-experts stats (``{}`` if dense):
+    ``aux_loss`` and ``expert_fraction`` (``moe_stats``), from the same forward pass."""
     if is_packed(batch):
         check_packed(batch)
         tokens, segments = jnp.asarray(batch["tokens"]), jnp.asarray(batch["segments"])[:, :-1]
@@ -114,12 +127,57 @@ def next_token_losses(
     training = dropout_key is not None and drops(model.cfg)
     if training:  # the Rng state lives only inside this call: not trained, saved or sharded
         params = params.merge(model.rng.seed(bx.Params(), seed=dropout_key))
-    logits = model(params, inputs, segment_ids=segments, is_training=training, constrain=constrain)[
-        0
-    ]
+    options = {"segment_ids": segments, "is_training": training, "constrain": constrain}
+    (logits, stats), _ = model(params, inputs, stats=True, **options)
     logz = jax.nn.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    return logz - picked
+    return logz - picked, stats
+
+
+def with_aux(loss: Array, config: Any, stats: dict[str, Array], share: float = 1.0) -> Array:
+    """``loss`` plus ``share`` of what the experts' balance adds to the training loss,
+    ``model.router_aux_loss_coef * aux_loss``. A dense model (``stats`` empty) or a coefficient
+    of 0 adds nothing: ``loss`` itself, so a dense step computes exactly what it did before."""
+    coef = getattr(config, "model", config).router_aux_loss_coef
+    if not stats or not coef:
+        return loss
+    return loss + (coef * share) * stats["aux_loss"]
+
+
+def train_loss(
+    params: bx.Params,
+    batch: Any,
+    config: Any,
+    constrain: Any = no_constraint,
+    *,
+    dropout_key: Array | None = None,
+) -> tuple[Array, dict[str, Array]]:
+    """The training objective of ``batch`` and what it is made of: ``(loss, stats)``.
+
+    ``loss`` is :func:`loss_fn`'s mean next-token cross-entropy plus, for a mixture of experts
+    (``model.n_experts``), ``model.router_aux_loss_coef * aux_loss``, the load-balancing loss
+    of Switch and Mixtral over all the layers (as transformers adds it). ``stats`` holds
+    ``cross_entropy`` (what :func:`loss_fn` gives) and, for a mixture of experts,
+    ``aux_loss`` and ``expert_fraction`` ``(n_experts,)``, the share of the router's picks each
+    expert got, averaged over the layers. A dense model's ``loss`` is its cross-entropy.
+    The train step differentiates the same sum (over its micro-batches).
+
+    Example:
+        >>> import jax, dataclasses
+        >>> from gpt_models import PRESETS, init_params, train_loss
+        >>> cfg = dataclasses.replace(PRESETS["llama-tiny"].model, n_layers=1, n_experts=4)
+        >>> batch = jax.random.randint(jax.random.key(1), (2, 9), 0, 256)
+        >>> loss, stats = train_loss(init_params(cfg, jax.random.key(0)), batch, cfg)
+        >>> sorted(stats), stats["expert_fraction"].shape
+        (['aux_loss', 'cross_entropy', 'expert_fraction'], (4,))
+    """
+    losses, stats = losses_and_stats(params, batch, config, constrain, dropout_key=dropout_key)
+    if is_packed(batch):
+        weights = loss_weights(batch)[0]
+        ce = jnp.sum(losses * weights) / jnp.maximum(weights.sum(), 1.0)
+    else:
+        ce = losses.mean()
+    return with_aux(ce, config, stats), {"cross_entropy": ce, **stats}
 
 
 def token_losses(
@@ -195,6 +253,11 @@ def packed_sums(
     means: a loss over several micro-batches (or eval batches) is their totals' ratio.
     """
     losses = next_token_losses(params, batch, config, constrain, dropout_key=dropout_key)
+    return sums_of(losses, batch)
+
+
+def sums_of(losses: Array, batch: Any) -> tuple[dict[str, Array], Array]:
+    """:func:`packed_sums` of a packed batch's ``losses`` (``next_token_losses``), computed."""
     answers, examples = loss_weights(batch)
     sums = {
         "answers": jnp.sum(losses * answers),

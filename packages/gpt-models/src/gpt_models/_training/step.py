@@ -32,7 +32,8 @@ from .._distributed.mesh import (
 from .._errors import ConfigError
 from .._model.gpt import abstract_params, drops, init_params
 from .._model.lora import is_adapter
-from .._model.loss import is_packed, loss_weights, packed_sums, token_losses
+from .._model.loss import is_packed, losses_and_stats, loss_weights, sums_of, with_aux
+from .moe_metrics import moe_metrics
 from .muon import make_muon
 
 
@@ -322,11 +323,14 @@ def _loss_and_rows(
     config: Any,
     constrain: Any,
     rows: bool,
+    micro_batches: int,
     dropout_key: jax.Array | None = None,
 ) -> tuple[jax.Array, Any]:
-    """The mean loss (what is differentiated) and, with ``rows``, each row's mean (else None)."""
-    losses = token_losses(params, batch, config, constrain, dropout_key=dropout_key)
-    return losses.mean(), losses.mean(axis=-1) if rows else None
+    """What is differentiated (the mean loss, plus a mixture of experts' load-balancing term),
+    and ``(mean loss, each row's mean with rows (else None), the experts' stats)``."""
+    losses, moe = losses_and_stats(params, batch, config, constrain, dropout_key=dropout_key)
+    loss = losses.mean()
+    return with_aux(loss, config, moe), (loss, losses.mean(axis=-1) if rows else None, moe)
 
 
 def _packed_objective(
@@ -337,14 +341,16 @@ def _packed_objective(
     constrain: Any,
     rows: bool,
     total: jax.Array,
+    micro_batches: int,
     dropout_key: jax.Array | None = None,
 ) -> tuple[jax.Array, Any]:
     """This micro-batch's share of the global batch's masked loss (its sum over the global
-    ``total`` weight: the shares' gradients add up to the whole loss's), with its sums."""
-    sums, row_loss = packed_sums(
-        params, batch, config=config, constrain=constrain, dropout_key=dropout_key
-    )
-    return sums["answers"] / total, (sums, row_loss if rows else None)
+    ``total`` weight: the shares' gradients add up to the whole loss's), with its sums; a
+    mixture of experts adds its share of the load-balancing term (the mean over micro-batches)."""
+    losses, moe = losses_and_stats(params, batch, config, constrain, dropout_key=dropout_key)
+    sums, row_loss = sums_of(losses, batch)
+    share = with_aux(sums["answers"] / total, config, moe, 1.0 / micro_batches)
+    return share, (sums, row_loss if rows else None, moe)
 
 
 def _ratio(num: jax.Array, den: jax.Array) -> jax.Array:
@@ -369,6 +375,10 @@ def train_step(
     summed over the micro-batches by a ``lax.scan`` (memory of one micro-batch).
     With ``model.dropout > 0`` each micro-batch's loss drops with :func:`dropout_key`; at 0 the
     step draws no key (the computation is the one without dropout).
+    A mixture of experts adds ``model.router_aux_loss_coef`` times its load-balancing loss
+    (averaged over the micro-batches) to what is differentiated; ``loss`` stays the
+    cross-entropy, and ``moe/aux_loss`` and the experts' token shares are logged beside it
+    (:func:`moe_metrics`).
     Logs (through ``lox.log``): ``micro_loss`` per micro-batch; ``loss``, ``grad_norm`` and ``lr``
     once per step, with ``step=`` metadata; for a packed batch ``loss`` is the masked loss and
     ``loss/all_tokens`` the loss of every token of the examples (prompts too); for a mixture
@@ -377,7 +387,8 @@ def train_step(
     """
     rows_too = bool(cfg.data.sources)  # a mixture's per-source losses need each row's loss
     packed = is_packed(batch)
-    options = {"config": cfg.model, "constrain": constrain, "rows": rows_too}
+    n = jax.tree.leaves(batch)[0].shape[0]
+    options = {"config": cfg.model, "constrain": constrain, "rows": rows_too, "micro_batches": n}
     if packed:  # the global batch's weight: known before any forward pass (it is data)
         flat = jax.tree.map(lambda a: a.reshape(-1, a.shape[-1]), batch)
         options["total"] = jnp.maximum(jnp.sum(loss_weights(flat)[0]), 1.0)
@@ -392,26 +403,28 @@ def train_step(
     def micro(acc: Any, mb_and_index: tuple[Any, Any]) -> tuple[Any, Any]:
         mb, index = mb_and_index
         key = dropout_key(state.rng, state.step, index) if dropping else None
-        (loss, aux), grads = grad_fn(trainable, mb, key)
+        (_, aux), grads = grad_fn(trainable, mb, key)
         if packed:
-            sums, _ = aux
-            loss = _ratio(sums["answers"], sums["answer_tokens"])
+            loss = _ratio(aux[0]["answers"], aux[0]["answer_tokens"])
+        else:
+            loss = aux[0]  # the cross-entropy, without the experts' balance term
         lox.log({"micro_loss": loss})
         return jax.tree.map(jnp.add, acc, grads), (loss, aux)
 
-    n = jax.tree.leaves(batch)[0].shape[0]
     zeros = jax.tree.map(jnp.zeros_like, trainable)
     if n == 1:  # no scan for the common case: one less loop for XLA to see through
         grads, (losses, aux) = micro(zeros, (jax.tree.map(lambda a: a[0], batch), 0))
+        moe = aux[2]
     else:
         indices = jnp.arange(n) if dropping else None  # None: the scan without dropout's input
         grads, (losses, aux) = jax.lax.scan(micro, zeros, (batch, indices))
+        moe = jax.tree.map(lambda a: a.mean(0), aux[2])  # over the micro-batches
     if packed:  # each micro-batch's gradient was already its share of the whole
         sums, rows = jax.tree.map(jnp.sum, aux[0]), aux[1]
         loss = sums["answers"] / options["total"]
     else:
         grads = jax.tree.map(lambda g: g / n, grads)
-        loss, rows = jnp.mean(losses), aux
+        loss, rows = jnp.mean(losses), aux[1]
     updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
     params = optax.apply_updates(trainable, updates).merge(frozen)
     lr = make_schedule(cfg.train)(state.step)
@@ -420,6 +433,7 @@ def train_step(
         metrics["loss/all_tokens"] = _ratio(sums["all_tokens"], sums["example_tokens"])
     if rows_too:  # in the global batch's row order: micro-batch by micro-batch
         metrics["row_loss"] = rows.reshape(-1)
+    metrics |= moe_metrics(moe)
     lox.log(metrics, step=state.step)
     return TrainState(params=params, opt_state=opt_state, step=state.step + 1, rng=state.rng)
 
