@@ -18,10 +18,13 @@ from gpt_models import (
     MeshConfig,
     abstract_state,
     compile_train_step,
+    flops_per_token,
     init_params,
     loss_fn,
     make_mesh,
     make_optimizer,
+    param_count,
+    plan_training,
     train,
     train_loss,
 )
@@ -107,3 +110,23 @@ def test_metrics_csv_has_the_aux_loss_and_each_experts_share(make_config, tmp_pa
 def test_a_negative_coefficient_is_refused():
     with pytest.raises(ConfigError, match=r"model.router_aux_loss_coef = -0.1 must be a finite"):
         dataclasses.replace(PRESETS["tiny"], model=_model(**MOE, router_aux_loss_coef=-0.1))
+
+
+def test_flops_count_the_active_experts_and_the_pre_flight_holds_every_one(make_config):
+    model = _model(**MOE)
+    d, L, V, f, E, k = 32, 2, model.vocab_size, 24, 4, 2
+    attention = 2 * d * 32 + 2 * d * 16  # q and o (2 heads of 16), k and v (1 head)
+    every = L * (attention + d * E + E * 3 * d * f + 2 * d) + 2 * V * d + d  # + norms, embeddings
+    assert param_count(model) == every
+    active = L * (attention + d * E + k * 3 * d * f) + d * V  # the matmuls a token runs
+    assert flops_per_token(model) == 6 * active + 12 * L * d * model.seq_len
+
+    cfg = make_config(mesh={"data": -1})
+    plan = plan_training(dataclasses.replace(cfg, model=model), stream=io.StringIO())
+    assert plan.params == every and plan.param_bytes == 4 * every
+    # Parameters, Adam's two moments and the batch: every expert's, on the one device.
+    assert plan.memory.arguments >= 3 * 4 * every
+    idle = L * (E - k) * 3 * d * f
+    assert f"{(every - idle) / 1e6:.2f}M active per token (2 of 4 experts per layer" in "\n".join(
+        plan.lines
+    )

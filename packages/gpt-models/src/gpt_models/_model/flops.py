@@ -74,3 +74,23 @@ def flops_per_token(config: Any) -> float:
     adapted = lora.kernels(gated=model.gated)
     n_lora = layers * lora.rank * sum(sum(shapes[k]) for k in adapted)
     return 4.0 * n_matmul + 6.0 * n_lora + attention
+
+
+def idle_expert_params(config: Any) -> int:
+    """The expert weights a token does not go through: ``n_layers * (n_experts -
+    experts_per_token)`` experts' gate, up and down (0 for a dense model).
+
+    ``param_count - idle_expert_params`` is the active parameter count, what ``flops_per_token``
+    counts a token's matmuls by; memory holds every expert all the same.
+
+    Example:
+        >>> from gpt_models import PRESETS
+        >>> f"{idle_expert_params(PRESETS['mixtral-8x7b']) / 1e9:.1f}B"
+        '33.8B'
+    """
+    m = getattr(config, "model", config)
+    if not m.n_experts:
+        return 0
+    per_expert = 3 * m.d_model * (m.moe_d_ff or m.ff_dim)
+    return m.n_layers * (m.n_experts - m.experts_per_token) * per_expert
+

@@ -41,7 +41,7 @@ from .._config.schema import Config
 from .._distributed.mesh import check_batch_fits, make_mesh
 from .._errors import UsageError
 from .._model.attention import check_attention
-from .._model.flops import flops_per_token
+from .._model.flops import flops_per_token, idle_expert_params
 from .._model.lora import lora_summary
 from .._runs.run import Run
 from .logging import check_tensorboard, check_wandb
@@ -146,8 +146,15 @@ def plan_step(
             f"LoRA adapters, {lora_summary(cfg.model)}; the rest is frozen"
         ]
     )
+    idle = idle_expert_params(cfg)
+    experts = (
+        f"; {(params - idle) / 1e6:.2f}M active per token ({m.experts_per_token} of "
+        f"{m.n_experts} experts per layer; every expert is held in memory)"
+        if idle
+        else ""
+    )
     lines = [
-        f"parameters       {params / 1e6:.2f}M ({size(param_bytes)})",
+        f"parameters       {params / 1e6:.2f}M ({size(param_bytes)}){experts}",
         *lora,
         f"optimizer state  {size(tree_bytes(abstract.opt_state))} ({t.optimizer})",
         f"step memory      {memory_text(mem)} on each of {len(devices)} "
