@@ -130,7 +130,10 @@ def test_batch_mismatch_between_x_and_kv_names_both_shapes():
         mha(params, jnp.ones((2, 5, 8)), kv=jnp.ones((3, 7, 8)))
 
 
-@pytest.mark.parametrize("options", [{}, {"use_rope": True, "num_kv_heads": 2, "qk_norm": True}])
+@pytest.mark.parametrize("options", [
+    {}, {"use_rope": True, "num_kv_heads": 2, "qk_norm": True},
+    {"use_rope": True, "rope_scaling": bx.RopeScaling("llama3", 8.0, original_max_positions=16)},
+])  # fmt: skip
 def test_cached_decoding_equals_one_uncached_causal_call(options):
     mha, params = _mha(num_heads=4, head_dim=4, **options)
     x = jax.random.normal(jax.random.key(1), (2, 7, 8))

@@ -39,6 +39,7 @@ EXPECTED = {
     "max_pool",
     "min_pool",
     "rope",
+    "RopeScaling",
     "segment_positions",
     "summary",
 }

@@ -6,6 +6,7 @@ objects whose calls thread ``Params`` through explicitly.
 """
 
 from ._attention import MultiHeadAttention as MultiHeadAttention
+from ._attention import RopeScaling as RopeScaling
 from ._attention import rope as rope
 from ._attention import segment_positions as segment_positions
 from ._conv import Conv as Conv

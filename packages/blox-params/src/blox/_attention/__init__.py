@@ -13,5 +13,6 @@ re-exports the public names).
 """
 
 from ._layer import MultiHeadAttention as MultiHeadAttention
+from ._rope import RopeScaling as RopeScaling
 from ._rope import rope as rope
 from ._rope import segment_positions as segment_positions

@@ -92,8 +92,8 @@ def append(
     positions = index + jnp.arange(T)
     if mha.use_rope:
         base = mha.rope_base if base is None else base
-        q = rope(q, positions, base)
-        k = rope(k, positions, base)
+        q = rope(q, positions, base, mha.rope_scaling)
+        k = rope(k, positions, base, mha.rope_scaling)
     axis = k.ndim - 3
     cache_k = jax.lax.dynamic_update_slice_in_dim(cache_k, k.astype(cache_k.dtype), index, axis)
     cache_v = jax.lax.dynamic_update_slice_in_dim(cache_v, v.astype(cache_v.dtype), index, axis)

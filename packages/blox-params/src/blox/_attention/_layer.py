@@ -29,7 +29,7 @@ from ._options import (
     check_softcap,
 )
 from ._projections import output, project
-from ._rope import call_positions, rope
+from ._rope import RopeScaling, call_positions, rope
 
 
 class MultiHeadAttention(Module):
@@ -71,6 +71,8 @@ class MultiHeadAttention(Module):
         use_rope: rotary position embeddings on queries and keys (positions ``0..T-1`` and
             ``0..S-1``).
         rope_base: RoPE frequency base.
+        rope_scaling: a ``bx.RopeScaling`` that stretches RoPE's frequencies (Llama 3's
+            ``llama3``, ``linear``), in every call and while decoding.
         output_size: output features (default: ``x``'s features).
         use_bias: biases on the four projections (``True``), on none (``False``), or on the
             projections named in a collection of ``"query"``, ``"key"``, ``"value"``, ``"out"``
@@ -170,6 +172,7 @@ class MultiHeadAttention(Module):
         num_kv_heads: int | None = None,
         use_rope: bool = False,
         rope_base: float = 10000.0,
+        rope_scaling: RopeScaling | None = None,
         output_size: int | None = None,
         use_bias: bool | Collection[str] = False,
         kernel_init: Initializer | None = None,
@@ -211,6 +214,12 @@ class MultiHeadAttention(Module):
         self.num_heads, self.head_dim, self.num_kv_heads = num_heads, head_dim, kv_heads
         self.rng = rng
         self.use_rope, self.rope_base = use_rope, rope_base
+        if rope_scaling is not None and not isinstance(rope_scaling, RopeScaling):
+            raise TypeError(
+                f"{self.name}: rope_scaling must be a bx.RopeScaling (or None), got "
+                f"{type(rope_scaling).__name__}: e.g. bx.RopeScaling('linear', 2.0)."
+            )
+        self.rope_scaling = rope_scaling
         self.output_size = output_size
         self.biased = check_biases(self.name, use_bias)
         self.use_bias = bool(self.biased)
@@ -287,8 +296,8 @@ class MultiHeadAttention(Module):
         else:
             if self.use_rope:
                 assert rotate is not None  # call_positions gives some whenever RoPE is on
-                q = rope(q, rotate, base)
-                k = rope(k, jnp.arange(S) if cross else rotate, base)
+                q = rope(q, rotate, base, self.rope_scaling)
+                k = rope(k, jnp.arange(S) if cross else rotate, base, self.rope_scaling)
             if window is not None:
                 near = window_mask(jnp.arange(T) + (S - T), jnp.arange(S), window)
                 mask = near if mask is None else jnp.asarray(mask).astype(bool) & near

@@ -2,16 +2,99 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+_KINDS = ("linear", "llama3")
 
-def rope(x: jax.Array, positions: jax.Array, base: float | jax.Array = 10000.0) -> jax.Array:
+
+@dataclasses.dataclass(frozen=True)
+class RopeScaling:
+    """A stretch of RoPE's frequencies, so a model sees positions past its training length.
+
+    ``kind="linear"`` divides every frequency by ``factor`` (position interpolation: position
+    ``p`` rotates as ``p / factor`` did). ``kind="llama3"`` (Llama 3.1 and 3.2) divides only
+    the low frequencies, those whose wavelength ``2 pi / freq`` exceeds
+    ``original_max_positions / low_freq_factor``, by ``factor``; keeps the high ones, whose
+    wavelength is under ``original_max_positions / high_freq_factor``; and blends the two in
+    between, by how many turns the wavelength makes in ``original_max_positions``.
+
+    Args:
+        kind: ``"linear"`` or ``"llama3"``.
+        factor: how much longer the positions are, > 0 (Llama 3.2: 32).
+        low_freq_factor: ``llama3`` only (Llama 3: 1).
+        high_freq_factor: ``llama3`` only, > ``low_freq_factor`` (Llama 3: 4).
+        original_max_positions: ``llama3`` only: the context the model was pre-trained with
+            (Llama 3: 8192).
+
+    Raises:
+        ValueError: an unknown ``kind`` or a value out of range, named.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> import blox as bx
+        >>> bx.RopeScaling("linear", 4.0).frequencies(jnp.array([1.0, 0.5])).tolist()
+        [0.25, 0.125]
+    """
+
+    kind: str
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_positions: int = 8192
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.kind not in _KINDS:
+            problems.append(f"kind={self.kind!r} is not one of {list(_KINDS)}")
+        if not (math.isfinite(self.factor) and self.factor > 0):
+            problems.append(f"factor={self.factor} must be a finite number > 0")
+        if self.kind == "llama3":
+            low, high = self.low_freq_factor, self.high_freq_factor
+            if not (math.isfinite(low) and math.isfinite(high) and 0 < low < high):
+                problems.append(
+                    f"low_freq_factor={low} and high_freq_factor={high} must be finite with "
+                    "0 < low_freq_factor < high_freq_factor"
+                )
+            if not self.original_max_positions > 0:
+                problems.append(
+                    f"original_max_positions={self.original_max_positions} must be > 0"
+                )
+        if problems:
+            raise ValueError(
+                f"RopeScaling: {'; '.join(problems)}. Llama 3.2's is RopeScaling('llama3', "
+                "32.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8192)."
+            )
+
+    def frequencies(self, freqs: jax.Array) -> jax.Array:
+        """``freqs`` (RoPE's ``base ** (-2i / d)``, float32) stretched."""
+        if self.kind == "linear":
+            return freqs / self.factor
+        old = float(self.original_max_positions)
+        wavelength = 2 * math.pi / freqs
+        low, high = self.low_freq_factor, self.high_freq_factor
+        stretched = jnp.where(wavelength > old / low, freqs / self.factor, freqs)
+        # Between the two wavelengths: a blend by how often the wave turns in the old context.
+        smooth = (old / wavelength - low) / (high - low)
+        blended = (1 - smooth) * stretched / self.factor + smooth * stretched
+        middle = (wavelength >= old / high) & (wavelength <= old / low)
+        return jnp.where(middle, blended, stretched)
+
+
+def rope(
+    x: jax.Array,
+    positions: jax.Array,
+    base: float | jax.Array = 10000.0,
+    scaling: RopeScaling | None = None,
+) -> jax.Array:
     """Rotary position embedding of ``x`` ``(..., T, heads, head_dim)`` at ``positions``.
 
-    Rotates pairs ``(x[..., :d/2], x[..., d/2:])`` by angles ``position / base**(2i/d)``.
+    Rotates pairs ``(x[..., :d/2], x[..., d/2:])`` by angles ``position * freq_i`` with
+    ``freq_i = base**(-2i/d)``, stretched by ``scaling`` when given.
 
     Args:
         x: queries or keys, ``(..., T, heads, head_dim)`` with an even ``head_dim``.
@@ -19,6 +102,7 @@ def rope(x: jax.Array, positions: jax.Array, base: float | jax.Array = 10000.0) 
             matching ``x``'s leading axes (e.g. ``(batch, T)``, positions that restart in each
             example of a packed row).
         base: the frequency base.
+        scaling: a :class:`RopeScaling` of the frequencies (Llama 3's ``llama3``, ``linear``).
 
     Raises:
         ValueError: ``positions`` does not give one position per token of ``x``.
@@ -36,6 +120,8 @@ def rope(x: jax.Array, positions: jax.Array, base: float | jax.Array = 10000.0) 
     check_positions(positions, x.shape[:-2], "rope")
     half = x.shape[-1] // 2
     freqs = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    if scaling is not None:
+        freqs = scaling.frequencies(freqs)
     angles = positions.astype(jnp.float32)[..., None] * freqs  # (..., T, half)
     sin, cos = jnp.sin(angles)[..., None, :], jnp.cos(angles)[..., None, :]  # (..., T, 1, half)
     x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
