@@ -113,6 +113,44 @@ def test_import_matches_transformers_and_export_reloads(arch, tmp_path):
     assert all(np.array_equal(back[k].value, params[k].value) for k in params)
 
 
+# Llama 3's RoPE scaling at a tiny size: with a base of 100 and 4 frequencies per head, one is
+# kept, one blended and two divided (wavelengths 6.3, 20, 63 and 200 against 32 / 4 and 32 / 1).
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 100.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}  # fmt: skip
+
+
+@pytest.mark.parametrize("rope", [LLAMA3_ROPE, {"rope_type": "linear", "rope_theta": 100.0,
+                                                "factor": 4.0}], ids=["llama3", "linear"])
+def test_llama_with_rope_scaling_matches_transformers_and_exports_it_back(rope, tmp_path):
+    config = transformers.LlamaConfig(**SHAPE, rope_parameters=dict(rope))
+    config.architectures = ["LlamaForCausalLM"]
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    plain = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SHAPE, rope_theta=100.0))
+    plain.load_state_dict(model.state_dict())
+    assert np.abs(hf_logits(plain.eval(), TOKENS) - hf_logits(model, TOKENS)).max() > 1e-2
+    model.save_pretrained(tmp_path / "hf")
+    cfg, params = import_hf(tmp_path / "hf")
+    assert cfg.model.rope_scaling == rope["rope_type"]
+    logits = np.asarray(forward(params, jnp.asarray(TOKENS), cfg))
+    assert np.abs(logits[..., :VOCAB] - hf_logits(model, TOKENS)).max() <= 1e-4
+    if rope["rope_type"] == "llama3":  # 20 greedy tokens, decoded with the cache
+        prompt = TOKENS[:1, :3]
+        out = generate(params, jnp.asarray(prompt), cfg, max_new_tokens=20, temperature=0.0,
+                       key=jax.random.key(0))  # fmt: skip
+        assert np.asarray(out)[0, -20:].tolist() == hf_greedy(model, prompt, 20)
+    export_hf(cfg, params, tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["rope_parameters"] == rope
+    assert written["rope_scaling"] == {k: v for k, v in rope.items() if k != "rope_theta"}
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    assert np.abs(hf_logits(again, TOKENS) - hf_logits(model, TOKENS)).max() <= 1e-4
+    assert import_hf(tmp_path / "out")[0] == cfg
+
+
 def test_the_sliding_window_is_what_transformers_windows():
     """Logits beyond the window differ from the same model without one: the window is real."""
     windowed = hf_model("MistralForCausalLM")
@@ -126,9 +164,12 @@ def test_the_sliding_window_is_what_transformers_windows():
     [
         ("Qwen2ForCausalLM", {"use_sliding_window": True},
          "use_sliding_window = True is not supported (expected false"),
-        ("Qwen3ForCausalLM", {"rope_parameters": {"rope_type": "linear", "factor": 2.0,
+        ("Qwen3ForCausalLM", {"rope_parameters": {"rope_type": "yarn", "factor": 2.0,
                                                   "rope_theta": 10000.0}},
-         "rope_parameters.rope_type = 'linear' is not supported (expected 'default'"),
+         "rope_parameters.rope_type = 'yarn' is not supported (expected 'default', 'linear', "
+         "'llama3')"),
+        ("Gemma2ForCausalLM", {"rope_scaling": {"rope_type": "linear", "factor": 8.0}},
+         "rope_scaling.rope_type = 'linear' is not supported (expected 'default' only)"),
         ("Gemma3ForCausalLM", {"layer_types": ["sliding_attention", "full_attention",
                                                "full_attention"]},
          "(expected layers 2, 4, ... 'full_attention' and the others 'sliding_attention')"),

@@ -29,6 +29,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.norm_placement": ("pre", "post", "sandwich"),
     "model.norm": ("rmsnorm", "layernorm"),
     "model.pos": ("rope", "learned"),
+    "model.rope_scaling": ("none", "linear", "llama3"),
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
     "model.param_dtype": ("float32", "bfloat16"),
     "model.remat": ("none", "full", "dots"),
@@ -70,6 +71,17 @@ class ModelConfig:
         norm: normalisation layer: rmsnorm or layernorm.
         pos: positions: rope (rotary, no parameters) or learned (an embedding table).
         rope_theta: base wavelength of the rotary embedding.
+        rope_scaling: stretch RoPE's frequencies for longer contexts: none, linear (all divided
+            by rope_scaling_factor) or llama3 (Llama 3.1/3.2: the low ones divided, the high
+            ones kept, a blend between).
+        rope_scaling_factor: with rope_scaling, how much the frequencies are divided (Llama 3.2:
+            32).
+        rope_low_freq_factor: with rope_scaling = llama3, frequencies whose wavelength exceeds
+            rope_original_max_positions / this are divided (Llama 3: 1).
+        rope_high_freq_factor: with rope_scaling = llama3, frequencies whose wavelength is under
+            rope_original_max_positions / this are kept (Llama 3: 4).
+        rope_original_max_positions: with rope_scaling = llama3, the pre-training context the
+            wavelengths are measured against (Llama 3: 8192).
         qk_norm: normalise queries and keys before attention (tolerates higher learning rates).
         qk_norm_scope: with qk_norm, normalise each head (head: Qwen3, Gemma 3) or all heads'
             features at once (all: OLMo 2).
@@ -155,6 +167,11 @@ class ModelConfig:
     moe_d_ff: int = 0
     moe_norm_topk: bool = True
     router_aux_loss_coef: float = 0.001
+    rope_scaling: str = "none"
+    rope_scaling_factor: float = 1.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_max_positions: int = 8192
 
     @property
     def base(self) -> ModelConfig:
@@ -553,6 +570,37 @@ def _family_problems(m: ModelConfig) -> list[str]:
         )
     if m.norm_plus_one and m.norm != "rmsnorm":
         problems.append("model.norm_plus_one = true needs model.norm = 'rmsnorm'")
+    return problems + _rope_scaling_problems(m)
+
+
+def _rope_scaling_problems(m: ModelConfig) -> list[str]:
+    """``model.rope_scaling`` and its values, checked where they apply (they are moot at none)."""
+    if m.rope_scaling == "none":
+        return []
+    problems = []
+    if m.pos != "rope":
+        problems.append(
+            f"model.rope_scaling = {m.rope_scaling!r} stretches RoPE, but model.pos = "
+            f"{m.pos!r}; set model.pos = 'rope' or model.rope_scaling = 'none'"
+        )
+    if not (math.isfinite(m.rope_scaling_factor) and m.rope_scaling_factor > 0):
+        problems.append(
+            f"model.rope_scaling_factor = {m.rope_scaling_factor} must be a finite number > 0 "
+            "(Llama 3.2: 32)"
+        )
+    low, high = m.rope_low_freq_factor, m.rope_high_freq_factor
+    if m.rope_scaling == "llama3" and not (
+        math.isfinite(low) and math.isfinite(high) and 0 < low < high
+    ):
+        problems.append(
+            f"model.rope_low_freq_factor = {low} and model.rope_high_freq_factor = {high} must "
+            "be finite with 0 < low < high (Llama 3: 1 and 4)"
+        )
+    if m.rope_scaling == "llama3" and m.rope_original_max_positions <= 0:
+        problems.append(
+            f"model.rope_original_max_positions = {m.rope_original_max_positions} must be > 0 "
+            "(Llama 3: 8192)"
+        )
     return problems
 
 

@@ -94,6 +94,19 @@ def per_layer(cfg: ModelConfig) -> dict[str, list[Any]]:
     return out
 
 
+def rope_scaling(cfg: ModelConfig) -> bx.RopeScaling | None:
+    """The ``bx.RopeScaling`` of ``model.rope_scaling`` and its values (``None`` at none)."""
+    if cfg.rope_scaling == "none":
+        return None
+    return bx.RopeScaling(
+        cfg.rope_scaling,
+        cfg.rope_scaling_factor,
+        low_freq_factor=cfg.rope_low_freq_factor,
+        high_freq_factor=cfg.rope_high_freq_factor,
+        original_max_positions=cfg.rope_original_max_positions,
+    )
+
+
 def _query_norm_axes(cfg: ModelConfig) -> dict[str, dict[str, Any]]:
     if cfg.qk_norm_scope == "all":
         return {"query_norm": axes("heads", "head_dim"), "key_norm": axes("kv_heads", "head_dim")}
@@ -139,6 +152,7 @@ class Block(bx.Module):
             num_kv_heads=cfg.kv_heads,
             use_rope=cfg.pos == "rope",
             rope_base=cfg.rope_theta,
+            rope_scaling=rope_scaling(cfg),
             kernel_init=c.init,
             out_init=c.out_init,
             qk_norm=cfg.qk_norm and cfg.qk_norm_scope,

@@ -70,7 +70,7 @@ class MistralLayout(LlamaLayout):
     name = "Mistral"
     summary = "Llama with a sliding window on every layer"
     needs: ClassVar[dict[str, object]] = {**_LLAMA_NEEDS, "global_every": 0}
-    free: tuple[str, ...] = ("d_head", "sliding_window")
+    free: tuple[str, ...] = ("d_head", "sliding_window", "rope_scaling")
     false_flags = ()
 
     def family_reads(self, read: ConfigReader) -> dict[str, Any]:

@@ -43,6 +43,9 @@ class Gemma2Layout(LlamaLayout):
     activation = ("hidden_activation", "gelu_pytorch_tanh")
     false_flags = ("attention_bias", "use_bidirectional_attention")
     tied = True
+    # Gemma 3 scales the global layers' RoPE only (its local layers have a base of their own);
+    # our scaling applies to every layer, so neither Gemma imports one.
+    rope_kinds: tuple[str, ...] = ()
 
     def family_reads(self, read: ConfigReader) -> dict[str, Any]:
         return {

@@ -34,6 +34,7 @@ FEATURES: dict[str, object] = {
     "sliding_window": 0, "global_every": 0, "rope_local_theta": 0.0, "attn_softcap": 0.0,
     "attn_scalar": 0.0, "norm_placement": "pre", "norm_plus_one": False, "embed_scale": False,
     "n_experts": 0, "experts_per_token": 2, "moe_d_ff": 0, "moe_norm_topk": True,
+    "rope_scaling": "none",
 }  # fmt: skip
 
 

@@ -43,7 +43,10 @@ class LlamaLayout(Layout):
         "mlp": "swiglu",
         "bias": False,
     }
-    free: tuple[str, ...] = ("d_head",)
+    free: tuple[str, ...] = ("d_head", "rope_scaling")
+    # RoPE scalings a config.json may ask for (rope_parameters or the older rope_scaling): each
+    # is a frequency transform of blox's RoPE, applied to every layer as transformers does.
+    rope_kinds: tuple[str, ...] = ("linear", "llama3")
     ignored = ("rotary_emb.inv_freq",)  # a buffer older transformers saved
     activation = ("hidden_act", "silu")  # the config key and the one value we reproduce
     false_flags: tuple[str, ...] = ("attention_bias", "mlp_bias")  # options we do not have
@@ -59,6 +62,7 @@ class LlamaLayout(Layout):
         eps, tied = read.float("rms_norm_eps", 1e-6), read.flag("tie_word_embeddings", self.tied)
         family = self.family_reads(read)
         theta = self.rope_theta(read)
+        scaling = self.rope_scaling(read, seq)
         read.check()
         if act != self.activation[1]:
             read.refuse(self.activation[0], act, repr(self.activation[1]))
@@ -82,6 +86,7 @@ class LlamaLayout(Layout):
             norm="rmsnorm",
             pos="rope",
             rope_theta=theta,
+            **scaling,
             tie_embeddings=tied,
             bias=False,
             norm_eps=eps,
@@ -101,7 +106,8 @@ class LlamaLayout(Layout):
 
     def rope_theta(self, read: ConfigReader, section: str | None = None) -> float:
         """The RoPE base: ``rope_parameters`` (transformers >= 5; per layer type with
-        ``section``), else ``rope_theta``; plain RoPE only (``rope_scaling`` is refused)."""
+        ``section``, plain RoPE only there), else ``rope_theta``; a scaling is
+        :meth:`rope_scaling`'s."""
         rope = read.raw.get("rope_parameters") or {}
         if section is not None and isinstance(rope, dict):
             rope, where = rope.get(section) or {}, f"rope_parameters.{section}"
@@ -114,11 +120,39 @@ class LlamaLayout(Layout):
         if theta is not None and not (isinstance(theta, (int, float)) and theta > 0):
             read.problems.append(f"rope_theta = {json_text(theta)} (expected a positive number)")
             return 0.0
-        if read.raw.get("rope_scaling"):
-            read.refuse("rope_scaling", read.raw["rope_scaling"], "null (plain RoPE)")
-        if rope.get("rope_type", "default") != "default":
+        if section is not None and rope.get("rope_type", "default") != "default":
             read.refuse(f"{where}.rope_type", rope["rope_type"], "'default' (plain RoPE)")
         return float(theta if theta is not None else 10000.0)
+
+    def rope_scaling(self, read: ConfigReader, seq_len: int) -> dict[str, Any]:
+        """``model.rope_scaling`` and its values from ``rope_parameters`` (transformers >= 5)
+        or the older ``rope_scaling``; ``{}`` for plain RoPE. A type we do not implement is
+        refused by name (``yarn``, ``dynamic``, ...)."""
+        params, legacy = read.raw.get("rope_parameters"), read.raw.get("rope_scaling")
+        where, spec = "rope_parameters", params
+        if not (isinstance(params, dict) and _rope_type(params) != "default") and legacy:
+            where, spec = "rope_scaling", legacy
+        if not isinstance(spec, dict):
+            if spec is not None and where == "rope_scaling":
+                read.problems.append(f"rope_scaling = {json_text(spec)} (expected an object)")
+            return {}
+        kind = _rope_type(spec)
+        if kind == "default" or any(k in spec for k in (FULL, SLIDING)):
+            return {}  # plain RoPE; per layer type, rope_theta refuses any other
+        if kind not in self.rope_kinds:
+            kinds = ", ".join(repr(k) for k in ("default", *self.rope_kinds))
+            read.refuse(f"{where}.rope_type", kind, kinds if self.rope_kinds else kinds + " only")
+        number = lambda key, default=None: _positive(read, spec, where, key, default)
+        out: dict[str, Any] = {"rope_scaling": kind, "rope_scaling_factor": number("factor")}
+        if kind == "llama3":
+            out |= {
+                "rope_low_freq_factor": number("low_freq_factor"),
+                "rope_high_freq_factor": number("high_freq_factor"),
+                "rope_original_max_positions": int(
+                    number("original_max_position_embeddings", seq_len) or 0
+                ),
+            }
+        return out
 
     def hf_config(self, m: ModelConfig, dtype: str) -> dict[str, Any]:
         return {
@@ -134,9 +168,12 @@ class LlamaLayout(Layout):
             "max_position_embeddings": m.seq_len,
             "rms_norm_eps": m.norm_eps,
             "rope_theta": m.rope_theta,
-            "rope_scaling": None,
+            "rope_scaling": hf_rope_scaling(m),  # what transformers < 5 reads
             self.activation[0]: self.activation[1],
-            "rope_parameters": {"rope_theta": m.rope_theta, "rope_type": "default"},
+            "rope_parameters": {
+                "rope_theta": m.rope_theta,
+                **(hf_rope_scaling(m) or {"rope_type": "default"}),
+            },
             **dict.fromkeys(self.false_flags, False),
             "tie_word_embeddings": m.tie_embeddings,
             "torch_dtype": dtype,
@@ -238,6 +275,35 @@ class LlamaLayout(Layout):
             ),
         ]
         return e
+
+
+def hf_rope_scaling(m: ModelConfig) -> dict[str, Any] | None:
+    """config.json's ``rope_scaling`` of ``m``: ``None`` for plain RoPE."""
+    if m.rope_scaling == "none":
+        return None
+    out: dict[str, Any] = {"rope_type": m.rope_scaling, "factor": m.rope_scaling_factor}
+    if m.rope_scaling == "llama3":
+        out |= {
+            "low_freq_factor": m.rope_low_freq_factor,
+            "high_freq_factor": m.rope_high_freq_factor,
+            "original_max_position_embeddings": m.rope_original_max_positions,
+        }
+    return out
+
+
+def _rope_type(spec: dict[str, Any]) -> Any:
+    return spec.get("rope_type", spec.get("type", "default"))  # "type": older transformers
+
+
+def _positive(
+    read: ConfigReader, spec: dict[str, Any], where: str, key: str, default: Any = None
+) -> float:
+    """``spec[key]``, a positive number (``default`` when absent and given), else a problem."""
+    value = spec.get(key, default)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    read.problems.append(f"{where}.{key} = {json_text(value)} (expected a positive number)")
+    return 0.0
 
 
 def window_pattern(read: ConfigReader, layers: int, window: int) -> dict[str, int]:
