@@ -28,6 +28,7 @@ from gpt_models import (
     import_hf,
     init_params,
     main,
+    train_loss,
 )
 
 pytestmark = pytest.mark.interop
@@ -149,6 +150,21 @@ def test_llama_with_rope_scaling_matches_transformers_and_exports_it_back(rope, 
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
     assert np.abs(hf_logits(again, TOKENS) - hf_logits(model, TOKENS)).max() <= 1e-4
     assert import_hf(tmp_path / "out")[0] == cfg
+
+
+@pytest.mark.parametrize("arch", ["MixtralForCausalLM", "Qwen3MoeForCausalLM"])
+def test_the_load_balancing_loss_is_transformers_aux_loss(arch, tmp_path):
+    model = hf_model(arch, output_router_logits=True, router_aux_loss_coef=0.25)
+    model.save_pretrained(tmp_path / "hf")
+    cfg, params = import_hf(tmp_path / "hf")
+    assert cfg.model.router_aux_loss_coef == 0.25
+    batch = jnp.asarray(np.concatenate([TOKENS, TOKENS[:, :1]], axis=1))  # 24 inputs each
+    stats = jax.jit(train_loss, static_argnums=2)(params, batch, cfg)[1]
+    with torch.no_grad():
+        out = model(torch.tensor(TOKENS))  # the router logits of the same 24 inputs
+    assert abs(float(stats["aux_loss"]) - float(out.aux_loss)) <= 1e-4
+    export_hf(cfg, params, tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["router_aux_loss_coef"] == 0.25
 
 
 def test_the_sliding_window_is_what_transformers_windows():

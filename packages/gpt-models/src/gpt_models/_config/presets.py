@@ -145,16 +145,20 @@ _GEMMA3_1B = _published(vocab_size=262144, d_model=1152, d_ff=6912, n_layers=26,
                         rope_local_theta=1e4, sliding_window=512, global_every=6,
                         attn_scalar=256.0, qk_norm=True, norm_placement="sandwich",
                         norm_plus_one=True, embed_scale=True, tie_embeddings=True)  # fmt: skip
-# Llama 3.2 stretches RoPE (rope_type llama3), which import refuses; the shapes are the same.
+# Llama 3.2 stretches RoPE (rope_scaling: rope_type llama3, factor 32, low 1, high 4, 8192).
 _LLAMA32_1B = _published(vocab_size=128256, d_model=2048, d_ff=8192, n_layers=16, n_heads=32,
-                         n_kv_heads=8, rope_theta=5e5, norm_eps=1e-5,
-                         tie_embeddings=True)  # fmt: skip
+                         n_kv_heads=8, rope_theta=5e5, norm_eps=1e-5, tie_embeddings=True,
+                         rope_scaling="llama3", rope_scaling_factor=32.0, rope_low_freq_factor=1.0,
+                         rope_high_freq_factor=4.0,
+                         rope_original_max_positions=8192)  # fmt: skip
 _MISTRAL_7B = _published(vocab_size=32000, d_model=4096, d_ff=14336, n_layers=32, n_heads=32,
                          n_kv_heads=8, sliding_window=4096, norm_eps=1e-5,
                          tie_embeddings=False)  # fmt: skip
+# Mixtral's config.json weighs its load-balancing loss 0.02 (transformers' default: 0.001).
 _MIXTRAL_8X7B = _published(vocab_size=32000, d_model=4096, d_ff=14336, n_layers=32, n_heads=32,
                            n_kv_heads=8, n_experts=8, experts_per_token=2, rope_theta=1e6,
-                           norm_eps=1e-5, tie_embeddings=False)  # fmt: skip
+                           norm_eps=1e-5, tie_embeddings=False,
+                           router_aux_loss_coef=0.02)  # fmt: skip
 
 PRESETS: Mapping[str, Config] = {
     "tiny": _tiny(),

@@ -16,7 +16,7 @@ import numpy as np
 
 from .._config.schema import ModelConfig
 from .hf_dense import MistralLayout, Qwen3Layout
-from .hf_layout import BLOCK, ConfigReader, Entry, one
+from .hf_layout import BLOCK, ConfigReader, Entry, json_text, one
 
 _MOE = ("n_experts", "experts_per_token", "moe_d_ff", "moe_norm_topk")
 
@@ -43,6 +43,18 @@ def _experts(m: ModelConfig, layer: str, names: tuple[str, str, str]) -> list[En
     return [router, *out]
 
 
+def aux_loss_coef(read: ConfigReader) -> float:
+    """``router_aux_loss_coef``: the weight of the load-balancing loss in training, a number
+    >= 0 (transformers' default 0.001 when absent)."""
+    value = read.raw.get("router_aux_loss_coef")
+    if value is None:
+        return 0.001
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    read.problems.append(f"router_aux_loss_coef = {json_text(value)} (expected a number >= 0)")
+    return 0.0
+
+
 def _t(a: np.ndarray) -> np.ndarray:
     return a.T
 
@@ -66,6 +78,7 @@ class MixtralLayout(MistralLayout):
             "experts": read.int("num_local_experts"),
             "k": read.int("num_experts_per_tok"),
             "jitter": read.raw.get("router_jitter_noise") or 0,
+            "aux": aux_loss_coef(read),
         }
 
     def family_settings(self, read: ConfigReader, reads: dict[str, Any], layers: int) -> dict:
@@ -75,6 +88,7 @@ class MixtralLayout(MistralLayout):
             **super().family_settings(read, reads, layers),
             "n_experts": reads["experts"],
             "experts_per_token": reads["k"],
+            "router_aux_loss_coef": reads["aux"],
         }
 
     def family_config(self, m: ModelConfig) -> dict[str, Any]:
@@ -83,6 +97,7 @@ class MixtralLayout(MistralLayout):
             "num_local_experts": m.n_experts,
             "num_experts_per_tok": m.experts_per_token,
             "router_jitter_noise": 0.0,
+            "router_aux_loss_coef": m.router_aux_loss_coef,
         }
 
     def entries(self, m: ModelConfig) -> list[Entry]:
@@ -107,6 +122,7 @@ class Qwen3MoeLayout(Qwen3Layout):
             "norm": read.flag("norm_topk_prob", False),
             "step": read.int("decoder_sparse_step", 1),
             "dense": read.raw.get("mlp_only_layers") or [],
+            "aux": aux_loss_coef(read),
         }
 
     def family_settings(self, read: ConfigReader, reads: dict[str, Any], layers: int) -> dict:
@@ -118,6 +134,7 @@ class Qwen3MoeLayout(Qwen3Layout):
             **super().family_settings(read, reads, layers),
             "n_experts": reads["experts"],
             "experts_per_token": reads["k"],
+            "router_aux_loss_coef": reads["aux"],
             "moe_d_ff": reads["d_ff"],
             "moe_norm_topk": reads["norm"],
         }
@@ -131,6 +148,7 @@ class Qwen3MoeLayout(Qwen3Layout):
             "norm_topk_prob": m.moe_norm_topk,
             "decoder_sparse_step": 1,
             "mlp_only_layers": [],
+            "router_aux_loss_coef": m.router_aux_loss_coef,
         }
 
     def entries(self, m: ModelConfig) -> list[Entry]:
