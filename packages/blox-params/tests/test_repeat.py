@@ -156,5 +156,8 @@ def test_collect_stacks_each_copys_second_output(is_static):
 
 def test_collect_with_a_layer_that_returns_one_output_is_refused():
     stack, rng = _stack(collect=True)
-    with pytest.raises(ValueError, match=r"Repeat net/blocks: collect=True .* got an array of shape \(2, 4\) instead"):
+    with pytest.raises(
+        ValueError,
+        match=r"Repeat net/blocks: collect=True .* got an array of shape \(2, 4\) instead",
+    ):
         stack(rng.seed(bx.Params(), seed=0), jnp.ones((2, 4)))

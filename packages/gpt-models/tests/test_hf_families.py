@@ -120,8 +120,11 @@ LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 100.0, "factor": 8.0, "low_f
                "high_freq_factor": 4.0, "original_max_position_embeddings": 32}  # fmt: skip
 
 
-@pytest.mark.parametrize("rope", [LLAMA3_ROPE, {"rope_type": "linear", "rope_theta": 100.0,
-                                                "factor": 4.0}], ids=["llama3", "linear"])
+@pytest.mark.parametrize(
+    "rope",
+    [LLAMA3_ROPE, {"rope_type": "linear", "rope_theta": 100.0, "factor": 4.0}],
+    ids=["llama3", "linear"],
+)
 def test_llama_with_rope_scaling_matches_transformers_and_exports_it_back(rope, tmp_path):
     config = transformers.LlamaConfig(**SHAPE, rope_parameters=dict(rope))
     config.architectures = ["LlamaForCausalLM"]
@@ -164,7 +167,9 @@ def test_the_load_balancing_loss_is_transformers_aux_loss(arch, tmp_path):
         out = model(torch.tensor(TOKENS))  # the router logits of the same 24 inputs
     assert abs(float(stats["aux_loss"]) - float(out.aux_loss)) <= 1e-4
     export_hf(cfg, params, tmp_path / "out")
-    assert json.loads((tmp_path / "out" / "config.json").read_text())["router_aux_loss_coef"] == 0.25
+    assert (
+        json.loads((tmp_path / "out" / "config.json").read_text())["router_aux_loss_coef"] == 0.25
+    )
 
 
 def test_the_sliding_window_is_what_transformers_windows():

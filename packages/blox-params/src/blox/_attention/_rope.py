@@ -61,9 +61,7 @@ class RopeScaling:
                     "0 < low_freq_factor < high_freq_factor"
                 )
             if not self.original_max_positions > 0:
-                problems.append(
-                    f"original_max_positions={self.original_max_positions} must be > 0"
-                )
+                problems.append(f"original_max_positions={self.original_max_positions} must be > 0")
         if problems:
             raise ValueError(
                 f"RopeScaling: {'; '.join(problems)}. Llama 3.2's is RopeScaling('llama3', "

@@ -93,4 +93,3 @@ def idle_expert_params(config: Any) -> int:
         return 0
     per_expert = 3 * m.d_model * (m.moe_d_ff or m.ff_dim)
     return m.n_layers * (m.n_experts - m.experts_per_token) * per_expert
-

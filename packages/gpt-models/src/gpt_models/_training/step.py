@@ -32,7 +32,7 @@ from .._distributed.mesh import (
 from .._errors import ConfigError
 from .._model.gpt import abstract_params, drops, init_params
 from .._model.lora import is_adapter
-from .._model.loss import is_packed, losses_and_stats, loss_weights, sums_of, with_aux
+from .._model.loss import is_packed, loss_weights, losses_and_stats, sums_of, with_aux
 from .moe_metrics import moe_metrics
 from .muon import make_muon
 
