@@ -131,7 +131,8 @@ class Repeat(Module):
         body = jax.checkpoint(step, policy=self.remat_policy) if self.remat else step
         if not self.is_static:
             own = {k: jnp.asarray(v) for k, v in self.per_layer.items()}
-            (y, rest), (new, extras) = jax.lax.scan(body, (x, rest), (stacked, own))
+            xs = (stacked, own)  # a layer without params has nothing to scan: the length says
+            (y, rest), (new, extras) = jax.lax.scan(body, (x, rest), xs, length=self.num_layers)
         else:
             carry, outs = (x, rest), []
             for i in range(self.num_layers):
