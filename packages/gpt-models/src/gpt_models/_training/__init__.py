@@ -2,7 +2,8 @@
 plan of a run (``plans.py``: its checks, mesh, optimizer and the compiled step, measured), the
 loop that trains it in its run folder (``loop.py``, its steps in ``step_loop.py``) with the hooks
 a command attaches (``hooks.py``), starting from other weights (``init_from.py``), metrics
-(``logging.py``, ``metrics_csv.py``, a data mixture's per-source ``source_metrics.py``), progress
+(``logging.py``, ``metrics_csv.py``, a data mixture's per-source ``source_metrics.py``, a
+mixture of experts' ``moe_metrics.py``), progress
 and MFU (``progress.py``, ``mfu.py``), the step-time split and ``--profile`` (``profiling.py``)
 and signals (``signals.py``).
 
