@@ -106,9 +106,10 @@ def prepare_command(args: argparse.Namespace) -> int:
     if m.get("loss_mask"):  # chat or completion examples: what the loss will count
         masked = m["masked_tokens"]
         share = (masked["train"] + masked["val"]) / max(tokens["train"] + tokens["val"], 1)
+        units, name = (m["pairs"], "pairs") if "pairs" in m else (m["examples"], "examples")
         what = (
-            f"{m['kind']} data, {m['examples']['train']:,} train / {m['examples']['val']:,} val "
-            f"examples with a loss mask ({share:.1%} of the tokens counted: "
+            f"{m['kind']} data, {units['train']:,} train / {units['val']:,} val "
+            f"{name} with a loss mask ({share:.1%} of the tokens counted: "
             f"{masked['train']:,} / {masked['val']:,})"
         )
     print(

@@ -17,25 +17,32 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import DataError
+from .preference import EXPECTED as _PAIR
+from .preference import KIND as PREFERENCE
+from .preference import check_pair, is_pair
 
 ROLES = ("system", "user", "assistant")
 MESSAGE_KEYS = ("role", "content", "weight")
-KINDS = ("text", "chat", "completion")
+KINDS = ("text", "chat", "completion", PREFERENCE)
 _EXPECTED = {
     "chat": '{"messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": '
     '"..."}]}',
     "completion": '{"prompt": "...", "completion": "..."}',
+    PREFERENCE: _PAIR,
 }
 
 
 def kind_of(record: Any) -> str:
-    """``"chat"``, ``"completion"`` or ``"text"``: what a parsed JSONL line holds, by its fields.
+    """``"chat"``, ``"completion"``, ``"preference"`` (``chosen``/``rejected``, ``preference.py``)
+    or ``"text"``: what a parsed JSONL line holds, by its fields.
 
     Example:
         >>> chat, completion = {"messages": []}, {"prompt": "a", "completion": "b"}
         >>> kind_of(chat), kind_of(completion), kind_of({"text": ""})
         ('chat', 'completion', 'text')
     """
+    if is_pair(record):
+        return PREFERENCE
     if isinstance(record, dict) and "messages" in record:
         return "chat"
     if isinstance(record, dict) and "prompt" in record and "completion" in record:
@@ -50,6 +57,8 @@ def check_example(record: dict[str, Any], kind: str, where: str) -> Any:
         DataError: an unknown role, no assistant turn, a content or field that is not a string,
             or messages that are not a list of objects; named by ``where`` (``file:line``).
     """
+    if kind == PREFERENCE:
+        return check_pair(record, where)
     if kind == "completion":
         for field in ("prompt", "completion"):
             if not isinstance(record[field], str):
@@ -186,12 +195,17 @@ def mixed_kinds(where: str, found: str, first: str, first_where: str) -> DataErr
     expect = _EXPECTED.get(first, '{"text": "..."} lines or text files')
     return DataError(
         f"{where} holds {_PHRASE[found]}, but {first_where} (where the inputs begin) holds "
-        f"{_PHRASE[first]}: one gpt prepare writes one kind of store (plain text, chat or "
-        f"completion). Expected {expect} throughout; prepare each kind into its own --out."
+        f"{_PHRASE[first]}: one gpt prepare writes one kind of store (plain text, chat, "
+        f"completion or preference). Expected {expect} throughout; prepare each kind into its own --out."
     )
 
 
-_PHRASE = {"text": "plain text", "chat": "a chat example", "completion": "a completion example"}
+_PHRASE = {
+    "text": "plain text",
+    "chat": "a chat example",
+    "completion": "a completion example",
+    PREFERENCE: "a preference pair",
+}
 
 
 def _bad(where: str, kind: str, found: str, fix: str) -> str:

@@ -18,6 +18,9 @@ import numpy as np
 MANIFEST = "manifest.json"
 FORMAT = "gpt-models token store"
 VERSION = 1
+# The kinds of store with a loss mask: examples of chats, of completions, or preference pairs (a
+# chosen then a rejected example each, packed together: packing.py).
+EXAMPLE_KINDS = ("chat", "completion", "preference")
 SFT_VERSION = 2  # a store with a loss mask (sft_store.py): older readers must refuse it
 SPLITS = ("train", "val")
 DTYPES = ("uint16", "uint32")
@@ -147,10 +150,10 @@ def _shard_problems(
 def _sft_problems(raw: dict[str, Any], seen: set[str]) -> list[str]:
     """The loss-mask fields: the kind, and mask and example-length shards that cover the ids."""
     problems = []
-    if raw.get("kind") not in ("chat", "completion") or raw.get("loss_mask") is not True:
+    if raw.get("kind") not in EXAMPLE_KINDS or raw.get("loss_mask") is not True:
         problems.append(
             f"kind = {raw.get('kind')!r} and loss_mask = {raw.get('loss_mask')!r}, but a store of "
-            "version 2 is a chat or completion store with a loss mask"
+            "version 2 is a chat, completion or preference store with a loss mask"
         )
     for field, width in (("mask_shards", 1), ("example_shards", 4)):
         streams = raw.get(field)

@@ -29,7 +29,10 @@ _PACK_STREAM = 2  # the third entropy word of the packing order ([seed, s]: wind
 class PackedExamples:
     """One split of a store with a loss mask: its ids, mask and example lengths, packed into rows.
 
-    ``len()`` is its number of ids (as for a plain split); slices read its ids.
+    ``len()`` is its number of ids (as for a plain split); slices read its ids. With ``group``
+    2 (a preference store) the unit packed is a pair of examples, chosen then rejected: a row is
+    two sub-rows of ``seq_len + 1`` side by side (``2 * (seq_len + 1)`` ids), the chosen answers
+    in the first and the rejected ones in the second, a pair's two with the same segment id.
     """
 
     def __init__(
@@ -42,29 +45,35 @@ class PackedExamples:
         split: str,
         source: str,
         shuffle: bool,
+        group: int = 1,
     ) -> None:
         self.tokens, self.mask, self.seq_len, self.shuffle = tokens, mask, seq_len, shuffle
+        self.group = group
         self.lengths = np.asarray(lengths, np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)])[:-1]
-        self.fits = np.flatnonzero(self.lengths <= seq_len + 1)
+        self.units = self.lengths.reshape(-1, group)  # (units, group): each example's length
+        self.fits = np.flatnonzero(self.units.max(axis=1, initial=0) <= seq_len + 1)
+        self.ref: np.ndarray | None = None  # (units, group) reference log-probs, when computed
         self._rows: dict[int | None, tuple[np.ndarray, np.ndarray]] = {}
-        skipped = len(self.lengths) - len(self.fits)
-        if len(self.lengths) and not len(self.fits):
+        what = "examples" if group == 1 else "preference pairs"
+        longer = "is longer" if group == 1 else "has an answer longer"
+        n, skipped = len(self.units), len(self.units) - len(self.fits)
+        if n and not len(self.fits):
             raise DataError(
-                f"Every one of the {len(self.lengths):,} examples of the {split} split of "
-                f"{source} is longer than a row of model.seq_len + 1 = {seq_len + 1} tokens (the "
-                f"shortest has {int(self.lengths.min()):,}), and examples are never cut. Set "
-                f"--set model.seq_len={_fitting(self.lengths)} (or more), or prepare shorter "
-                "examples."
+                f"Every one of the {n:,} {what} of the {split} split of {source} {longer} than "
+                f"a row of model.seq_len + 1 = {seq_len + 1} tokens (the shortest has "
+                f"{int(self.units.max(axis=1).min()):,}), and examples are never cut. Set "
+                f"--set model.seq_len={_fitting(self.units.max(axis=1))} (or more), or prepare "
+                "shorter examples."
             )
         self.note = (
             ""
             if not skipped
             else (
-                f"note: {skipped:,} of the {len(self.lengths):,} examples of the {split} split of "
-                f"{source} are longer than model.seq_len + 1 = {seq_len + 1} tokens and are left "
-                f"out "
-                f"(the longest has {int(self.lengths.max()):,}; examples are never cut)."
+                f"note: {skipped:,} of the {n:,} {what} of the {split} split of {source} "
+                f"{'are' if group == 1 else 'have prompt plus answer'} longer than "
+                f"model.seq_len + 1 = {seq_len + 1} tokens and are left out (the longest has "
+                f"{int(self.lengths.max()):,}; examples are never cut)."
             )
         )
 
@@ -75,42 +84,50 @@ class PackedExamples:
         return self.tokens[index]
 
     def rows(self, seed: int | None) -> tuple[np.ndarray, np.ndarray]:
-        """``(order, row_ptr)``: row ``r`` holds examples ``order[row_ptr[r]:row_ptr[r + 1]]``."""
+        """``(order, row_ptr)``: row ``r`` holds units ``order[row_ptr[r]:row_ptr[r + 1]]``."""
         key = seed if self.shuffle else None
         if key not in self._rows:
             order = self.fits
             if key is not None:
                 order = np.random.default_rng([key, _PACK_STREAM]).permutation(order)
-            self._rows[key] = (order, _next_fit(self.lengths[order], self.seq_len + 1))
+            self._rows[key] = (order, _next_fit(self.units[order], self.seq_len + 1))
         return self._rows[key]
 
     def read(self, rows: np.ndarray, seed: int | None) -> dict[str, np.ndarray]:
         """Rows ``rows`` (any shape) of the packing: ``tokens``/``mask``/``segments`` of shape
-        ``(*rows.shape, seq_len + 1)``."""
+        ``(*rows.shape, group * (seq_len + 1))``; with reference log-probs (``ref``) also
+        ``ref``, each unit's at its segment id in each sub-row."""
         order, ptr = self.rows(seed)
         flat = rows.reshape(-1)
-        width = self.seq_len + 1
+        width, g = self.seq_len + 1, self.group
         out: dict[str, np.ndarray] = {
-            "tokens": np.zeros((len(flat), width), np.int32),
-            "mask": np.zeros((len(flat), width), np.uint8),
-            "segments": np.zeros((len(flat), width), np.int32),
+            "tokens": np.zeros((len(flat), g * width), np.int32),
+            "mask": np.zeros((len(flat), g * width), np.uint8),
+            "segments": np.zeros((len(flat), g * width), np.int32),
         }
+        if self.ref is not None:
+            out["ref"] = np.zeros((len(flat), g * width), np.float32)
         for i, r in enumerate(flat.tolist()):
-            at = 0
-            for seg, ex in enumerate(order[ptr[r] : ptr[r + 1]].tolist(), start=1):
-                start, n = int(self.starts[ex]), int(self.lengths[ex])
-                out["tokens"][i, at : at + n] = self.tokens[start : start + n]
-                out["mask"][i, at : at + n] = self.mask[start : start + n]
-                out["mask"][i, at] = 0  # the first id of an example is no target
-                out["segments"][i, at : at + n] = seg
-                at += n
-        return {k: v.reshape(*rows.shape, width) for k, v in out.items()}
+            at = [k * width for k in range(g)]
+            for seg, unit in enumerate(order[ptr[r] : ptr[r + 1]].tolist(), start=1):
+                for k in range(g):
+                    ex = unit * g + k
+                    start, n, a = int(self.starts[ex]), int(self.lengths[ex]), at[k]
+                    out["tokens"][i, a : a + n] = self.tokens[start : start + n]
+                    out["mask"][i, a : a + n] = self.mask[start : start + n]
+                    out["mask"][i, a] = 0  # the first id of an example is no target
+                    out["segments"][i, a : a + n] = seg
+                    if self.ref is not None:
+                        out["ref"][i, k * width + seg] = self.ref[unit, k]
+                    at[k] += n
+        return {k: v.reshape(*rows.shape, g * width) for k, v in out.items()}
 
     def padding(self, seed: int | None = None) -> float:
         """The share of the packed rows' ids that is padding."""
         order, ptr = self.rows(seed)
         rows = len(ptr) - 1
-        return 1.0 - float(self.lengths[order].sum()) / max(rows * (self.seq_len + 1), 1)
+        used = float(self.units[order].sum())
+        return 1.0 - used / max(rows * self.group * (self.seq_len + 1), 1)
 
 
 def packed_split(store: Store, split: str, seq_len: int) -> PackedExamples:
@@ -131,17 +148,25 @@ def packed_split(store: Store, split: str, seq_len: int) -> PackedExamples:
     tokens = store.train if split == "train" else store.val
     mask = ShardedTokens(paths[MASK], np.dtype("u1"))
     return PackedExamples(
-        tokens, mask, lengths, seq_len, split=split, source=str(folder), shuffle=split == "train"
+        tokens,
+        mask,
+        lengths,
+        seq_len,
+        split=split,
+        source=str(folder),
+        shuffle=split == "train",
+        group=2 if m.get("kind") == "preference" else 1,
     )
 
 
 def _next_fit(lengths: np.ndarray, width: int) -> np.ndarray:
-    """Row boundaries (``row_ptr``) of next-fit packing ``lengths`` (each <= ``width``) in order."""
-    ptr, used = [0], 0
-    for i, n in enumerate(lengths.tolist()):
-        if used + n > width:
+    """Row boundaries (``row_ptr``) of next-fit packing units of ``lengths`` ``(units, group)``
+    (each <= ``width``) in order: a unit goes into the current row while every sub-row has room."""
+    ptr, used = [0], np.zeros(lengths.shape[1], np.int64)
+    for i, n in enumerate(lengths):
+        if (used + n > width).any():
             ptr.append(i)
-            used = 0
+            used[:] = 0
         used += n
     if len(lengths):
         ptr.append(len(lengths))

@@ -147,7 +147,7 @@ def prepare(
     check_extras(sources)
     expect = detect_kind(sources)
     template = None
-    if expect.kind == "chat" and tokenizer not in ("byte", "bpe"):
+    if expect.kind in ("chat", "preference") and tokenizer not in ("byte", "bpe"):
         template = find_chat_template(Path(tokenizer))
     if progress is not None and found.skipped:
         print(f"note: {skipped_note(found.skipped)} (not a kind gpt prepare reads)", file=progress)
@@ -340,10 +340,14 @@ def _write(job: _Job, state: dict[str, Any], enc: Encoder, writers: dict[str, Sh
             stats.append(new_stats(sft))
         pairs = _encode(enc, examples, docs, sources[i])
         parts: dict[str, list[np.ndarray]] = {s: [] for s in writers}
-        for doc, (doc_ids, mask) in zip(docs, pairs, strict=True):
+        for doc, (doc_ids, mask, lengths) in zip(docs, pairs, strict=True):
             for key in doc.ignored:
                 ignored.setdefault(key, [f"{sources[i].path}:{doc.pos + 1}", 0])[1] += 1
             if len(doc_ids) == 0:  # an empty document (file, text field): no text, no separator
+                continue
+            if len(lengths) == 2 and _same_answers(doc_ids, lengths):
+                stats[i]["identical"] = stats[i].get("identical", 0) + 1
+                state.setdefault("identical_first", f"{sources[i].path}:{doc.pos + 1}")
                 continue
             split = split_of(sources[i].name, doc.pos, val_fraction)
             remember(smallest, split_key(sources[i].name, doc.pos), len(doc_ids))
@@ -353,7 +357,7 @@ def _write(job: _Job, state: dict[str, Any], enc: Encoder, writers: dict[str, Sh
             stats[i]["val_documents"] += split == "val"
             if mask is not None:
                 parts[stream(split, MASK)].append(mask)
-                parts[stream(split, EXAMPLES)].append(np.array([len(doc_ids)], np.uint32))
+                parts[stream(split, EXAMPLES)].append(lengths)
                 stats[i]["val_masked" if split == "val" else "masked"] += int(mask.sum())
         for name, writer in writers.items():
             if parts[name]:
@@ -368,25 +372,44 @@ def _write(job: _Job, state: dict[str, Any], enc: Encoder, writers: dict[str, Sh
         meter.update(
             len(docs),
             sum(len(d.text) for d in docs),
-            sum(len(x) for x, _ in pairs),
+            sum(len(x) for x, _, _ in pairs),
             sources[i].size if done else 0,
         )
     meter.close()
     if ignored and job.progress is not None:
         print(f"note: {ignored_keys_note(ignored)}", file=job.progress)
+    same = sum(st.get("identical", 0) for st in stats)
+    if same and job.progress is not None:
+        print(
+            f"note: {same:,} preference pair(s) have a chosen answer identical to the rejected "
+            f"one (first {state['identical_first']}) and were left out: they teach no preference.",
+            file=job.progress,
+        )
 
 
 def _encode(
     enc: Encoder, examples: ExampleEncoder | None, docs: list[Document], source: SourceFile
-) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    """Each document's ids, and its loss mask: plain text ended by the end-of-text id (no
-    mask), or a chat or completion example (``sft_encode.py``)."""
+) -> list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]:
+    """Each document's ids, its loss mask and its examples' lengths: plain text ended by the
+    end-of-text id (no mask), a chat or completion example, or a preference pair's two
+    (``sft_encode.py``)."""
     if examples is None:
         eot = np.array([enc.eot_id], np.uint32)
         ids = enc.encode([d.text for d in docs])
-        return [(np.concatenate([x, eot]) if len(x) else x, None) for x in ids]
+        return [(np.concatenate([x, eot]) if len(x) else x, None, _one(x)) for x in ids]
     wheres = [f"{source.path}:{d.pos + 1}" for d in docs]
-    return [(x, m) for x, m in examples.encode([d.example for d in docs], wheres)]
+    if examples.kind == "preference":
+        return list(examples.encode_pairs([d.example for d in docs], wheres))
+    return [(x, m, _one(x)) for x, m in examples.encode([d.example for d in docs], wheres)]
+
+
+def _one(ids: np.ndarray) -> np.ndarray:
+    return np.array([len(ids)], np.uint32)
+
+
+def _same_answers(ids: np.ndarray, lengths: np.ndarray) -> bool:
+    """Whether a pair's chosen example (the first ``lengths[0]`` ids) equals its rejected one."""
+    return bool(lengths[0] == lengths[1] and np.array_equal(ids[: lengths[0]], ids[lengths[0] :]))
 
 
 def _check_split(manifest: dict[str, Any], state: dict[str, Any], sources: list[SourceFile]) -> str:

@@ -41,7 +41,7 @@ class ExampleEncoder:
     def __init__(self, kind: str, enc: Encoder, template: ChatTemplate | None) -> None:
         self.kind, self.enc, self.template = kind, enc, template
         self.eot = enc.eot_text
-        if enc.tok is not None and (kind == "completion" or template is None):
+        if enc.tok is not None and (kind in ("completion", "preference") or template is None):
             got = enc.tok.encode(self.eot, add_special_tokens=False).ids
             if got != [enc.eot_id]:
                 raise DataError(
@@ -58,8 +58,28 @@ class ExampleEncoder:
         rendered = [self._render(ex, w) for ex, w in zip(examples, wheres, strict=True)]
         return self._tokenize([t for t, _ in rendered], [s for _, s in rendered])
 
-    def _render(self, example: Any, where: str) -> tuple[str, list[tuple[int, int]]]:
-        if self.kind == "completion":
+    def encode_pairs(
+        self, pairs: Sequence[Any], wheres: Sequence[str]
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Preference pairs (``preference.check_pair``) as ``(ids, mask, lengths)``: the chosen
+        example's ids then the rejected one's, and their two lengths; an answer's own turn (and
+        its end) is counted, the prompt is not."""
+        rendered = []
+        for pair, where in zip(pairs, wheres, strict=True):
+            kind, answers = ("completion", [(pair[1], a) for a in pair[2:]]) if pair[0] == "text" \
+                else ("chat", list(pair[1:]))
+            rendered += [self._render(a, where, kind) for a in answers]
+        done = self._tokenize([t for t, _ in rendered], [s for _, s in rendered])
+        return [
+            (np.concatenate([c[0], r[0]]), np.concatenate([c[1], r[1]]),
+             np.array([len(c[0]), len(r[0])], np.uint32))
+            for c, r in zip(done[0::2], done[1::2], strict=True)
+        ]  # fmt: skip
+
+    def _render(
+        self, example: Any, where: str, kind: str = ""
+    ) -> tuple[str, list[tuple[int, int]]]:
+        if (kind or self.kind) == "completion":
             prompt, completion = example
             end = len(prompt) + len(completion) + len(self.eot)
             return prompt + completion + self.eot, [(len(prompt), end)]

@@ -8,7 +8,9 @@ sha256-recorded) and checked the same way as the token shards:
     train-examples-00000.bin ...  the length in ids of each example (uint32), in store order
 
 The examples follow each other in the token shards with no separator (an example ends with what
-its template ends it with). The manifest says ``"kind"`` (``chat`` or ``completion``),
+its template ends it with); a preference store's examples go in pairs, each pair's chosen example
+then its rejected one. The manifest says ``"kind"`` (``chat``, ``completion`` or ``preference``,
+which also records ``pairs`` per split),
 ``"loss_mask": true``, and records ``mask_shards``, ``example_shards``, ``examples`` and
 ``masked_tokens`` per split; its ``version`` is ``SFT_VERSION``, which a gpt-models that cannot
 read the masks refuses instead of training on the ids as plain text.
@@ -49,4 +51,6 @@ def sft_manifest(kind: str, shards: dict[str, list[dict[str, Any]]]) -> dict[str
     for what, field in FIELDS.items():
         fields[field] = {split: shards[stream(split, what)] for split in SPLITS}
     fields["examples"] = {s: sum(r["tokens"] for r in shards[stream(s, EXAMPLES)]) for s in SPLITS}
+    if kind == "preference":  # two examples a pair, chosen then rejected
+        fields["pairs"] = {s: n // 2 for s, n in fields["examples"].items()}
     return fields
