@@ -80,6 +80,8 @@ EXPECTED |= {"PrepareResult", "prepare"}
 EXPECTED |= {"CheckpointFormatError", "export_hf", "import_hf"}
 # Fine-tuning with LoRA: its config section and the PEFT adapter export.
 EXPECTED |= {"LoRAConfig", "export_adapter"}
+# Preference tuning (DPO, IPO, SimPO): its config section.
+EXPECTED |= {"PreferenceConfig"}
 
 # Know before spending: the memory pre-flight and the typed errors.
 EXPECTED |= {"DiskFullError", "OutOfMemoryError", "Plan", "plan_training"}

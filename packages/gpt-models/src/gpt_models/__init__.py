@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ._compute.host_memory import tune_host_allocator as tune_host_allocator
     from ._compute.preflight import Plan as Plan
     from ._config.lora import LoRAConfig as LoRAConfig
+    from ._config.preference import PreferenceConfig as PreferenceConfig
     from ._config.presets import PRESETS as PRESETS
     from ._config.schema import Config as Config
     from ._config.schema import DataConfig as DataConfig

@@ -28,6 +28,7 @@ from .._training.hooks import Hooks
 from .._training.logging import make_logger
 from .._training.loop import RunResult, run_training
 from .._training.plans import TrainPlan, plan_run
+from .._training.preference import prepare_reference
 from .._training.signals import TrainingInterrupted
 
 EXIT_DISK_FULL = 4  # the multi-process failures exit with 3 (startup.EXIT_PEERS)
@@ -46,11 +47,15 @@ def training_hooks(run: Run, plan: TrainPlan, *, sample: bool, stream: TextIO) -
     def sample_text(params: object) -> str:
         return end_of_run_sample(params, cfg, run.tokenizer, run.chat, stream)
 
+    # A preference run's reference: a copy of the init weights, or its pairs' log-probs computed
+    # now (before the evaluator reads its validation batches, which then carry them).
+    reference = prepare_reference(run, plan, stream)
     return Hooks(
-        evaluate=Evaluator(cfg, plan.mesh, plan.abstract.params, run.data),
+        evaluate=Evaluator(cfg, plan.mesh, plan.abstract.params, run.data, reference=reference),
         tasks=tasks if tasks.tasks else None,
         sample=sample_text if sample else None,
         logger=make_logger(cfg, run.folder),
+        reference=reference,
     )
 
 
@@ -190,9 +195,10 @@ def _interrupted(stop: TrainingInterrupted, run: Path) -> str:
 
 def _done(result: RunResult, run: Path, minutes: float) -> str:
     mfu = "" if math.isnan(result.mfu) else f", MFU {100 * result.mfu:.1f}%"
+    per = "nats/pair" if result.val_unit == "nats/pair" else "nats/token"  # preference: per pair
     done = (
         f"Done in {minutes:.1f} min: step {result.step}, train loss {result.loss:.4f} "
-        f"nats/token, val loss {result.val_loss:.4f} {result.val_unit}, "
+        f"{per}, val loss {result.val_loss:.4f} {result.val_unit}, "
         f"{result.tokens_per_s / 1e3:.1f}k tok/s{mfu}."
     )
     if result.resumed_from == result.step:  # resumed a complete run: no step was trained

@@ -414,4 +414,9 @@ def abstract_batch(
     if not packed_data(cfg):
         return jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharding)
     dtypes = {"tokens": jnp.int32, "mask": jnp.uint8, "segments": jnp.int32}
+    p = cfg.preference
+    if p.enabled:  # pairs: a chosen and a rejected sub-row side by side (packing.py)
+        shape = (*shape[:-1], 2 * shape[-1])
+        if p.uses_reference and p.precompute_ref:  # each answer's reference log-prob
+            dtypes["ref"] = jnp.float32
     return {k: jax.ShapeDtypeStruct(shape, d, sharding=sharding) for k, d in dtypes.items()}

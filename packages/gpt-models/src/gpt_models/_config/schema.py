@@ -20,6 +20,7 @@ from core_primitives import did_you_mean, format_problems, list_alternatives
 
 from .._errors import ConfigError
 from .lora import LoRAConfig, lora_problems
+from .preference import LOSSES, PreferenceConfig, preference_problems
 from .sources import DataSource, source_problems
 
 # String-valued keys that only accept a few values: checked by validate(), for every config.
@@ -35,6 +36,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.remat": ("none", "full", "dots"),
     "model.attention": ("auto", "blocked", "xla", "cudnn"),
     "train.optimizer": ("adamw", "muon"),
+    "preference.loss": LOSSES,
     "data.kind": ("", "embedded", "text", "bin", "store", "mixture"),
     "log.wandb": ("disabled", "offline", "online"),
 }
@@ -424,6 +426,7 @@ class Config:
     init: InitConfig = InitConfig()
     eval: EvalConfig = EvalConfig()
     lora: LoRAConfig = dataclasses.field(default_factory=LoRAConfig)
+    preference: PreferenceConfig = dataclasses.field(default_factory=PreferenceConfig)
 
     def __post_init__(self) -> None:
         # The LoRA settings folded into the model section (see LoRAModel): one value says which
@@ -507,6 +510,7 @@ def validate(cfg: Config) -> Config:
     if divisible and m.d_model > 0:  # the LoRA checks read the heads' sizes
         problems += lora_problems(cfg)
     problems += source_problems(cfg.data.sources, cfg.data.path)
+    problems += preference_problems(cfg)
     tok = cfg.data.tokenizer
     if tok not in BUILTIN_TOKENIZERS and not tok.endswith(".json"):
         problems.append(

@@ -196,7 +196,8 @@ def mixed_kinds(where: str, found: str, first: str, first_where: str) -> DataErr
     return DataError(
         f"{where} holds {_PHRASE[found]}, but {first_where} (where the inputs begin) holds "
         f"{_PHRASE[first]}: one gpt prepare writes one kind of store (plain text, chat, "
-        f"completion or preference). Expected {expect} throughout; prepare each kind into its own --out."
+        f"completion or preference). Expected {expect} throughout; prepare each kind into its "
+        "own --out."
     )
 
 

@@ -66,8 +66,11 @@ class ExampleEncoder:
         its end) is counted, the prompt is not."""
         rendered = []
         for pair, where in zip(pairs, wheres, strict=True):
-            kind, answers = ("completion", [(pair[1], a) for a in pair[2:]]) if pair[0] == "text" \
+            kind, answers = (
+                ("completion", [(pair[1], a) for a in pair[2:]])
+                if pair[0] == "text"
                 else ("chat", list(pair[1:]))
+            )
             rendered += [self._render(a, where, kind) for a in answers]
         done = self._tokenize([t for t, _ in rendered], [s for _, s in rendered])
         return [

@@ -292,9 +292,11 @@ def _json_doc(source: SourceFile, pos: int, line: bytes, field: str, expect: Exp
         if kind == "completion":
             return Document(pos, "\n".join(example), doc.n_replaced, example)
         if kind == "preference":  # the text a BPE tokenizer trains on: every string of the pair
-            texts = example[1:] if example[0] == "text" else [
-                m["content"] for ms in example[1:] for m in ms
-            ]
+            texts = (
+                example[1:]
+                if example[0] == "text"
+                else [m["content"] for ms in example[1:] for m in ms]
+            )
             return Document(pos, "\n".join(texts), doc.n_replaced, example)
         contents = "\n".join(m["content"] for m in example)
         ignored = tuple(unknown_message_keys(record))

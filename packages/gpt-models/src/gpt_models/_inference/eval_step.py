@@ -11,14 +11,18 @@ from jax.sharding import Mesh
 from .._config.schema import Config
 from .._distributed.mesh import activation_constraint, batch_sharding, compiler_options, replicated
 from .._model.loss import is_packed, loss_fn, packed_sums
+from .._model.preference import pair_sums
 
 
-def compile_eval_step(cfg: Config, mesh: Mesh, params: Any) -> Any:
+def compile_eval_step(cfg: Config, mesh: Mesh, params: Any, reference: bool = False) -> Any:
     """``eval(params, batch) -> mean loss`` over one ``(batch, seq_len + 1)`` batch, jitted.
 
     ``params`` is the abstract (or concrete) params; their shardings are the step's input shardings.
     A packed batch (a dict of ``tokens``, ``mask``, ``segments``) gives the sums its losses are
     made of instead (``packed_sums``), so that losses over several batches are ratios of totals.
+    A preference run's batches of pairs give the sums of its loss and metrics (``pair_sums``);
+    with ``reference`` the step takes the reference weights as a third argument, laid out as
+    ``params``.
 
     Example:
         >>> import dataclasses, jax, jax.numpy as jnp
@@ -36,16 +40,20 @@ def compile_eval_step(cfg: Config, mesh: Mesh, params: Any) -> Any:
         True
     """
     options = {"config": cfg.model, "constrain": activation_constraint(mesh)}
+    pref = cfg.preference
 
-    def evaluate(params: Any, batch: Any) -> Any:
+    def evaluate(params: Any, batch: Any, *ref: Any) -> Any:
+        if pref.enabled:
+            return pair_sums(params, batch, pref=pref, ref=ref[0] if ref else None, **options)
         if is_packed(batch):
             return packed_sums(params, batch, **options)[0]
         return loss_fn(params, batch, **options)
 
     data = batch_sharding(mesh)
+    shardings = jax.tree.map(lambda a: a.sharding, params)
     return jax.jit(
         evaluate,
-        in_shardings=(jax.tree.map(lambda a: a.sharding, params), data),
+        in_shardings=(shardings, data, *([shardings] if reference else [])),
         out_shardings=replicated(mesh),
         compiler_options=compiler_options(mesh),
     )

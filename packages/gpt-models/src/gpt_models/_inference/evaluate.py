@@ -18,7 +18,10 @@ from .._data.run_tokenizer import run_tokenizer
 from .._distributed.mesh import place_batch, single_device_mesh
 from .._distributed.processes import host_value
 from .._model.loss import is_packed, loss_weights
+from .._model.preference import METRICS, UNITS
 from .._runs.folders import load_run
+from .._runs.init_source import read_init_source
+from .._runs.preference_run import eval_needs_reference, load_reference
 from .eval_step import compile_eval_step
 
 
@@ -38,10 +41,25 @@ class Evaluator:
     """
 
     def __init__(
-        self, cfg: Config, mesh: Mesh, params: Any, dataset: Dataset, step: Any = None
+        self,
+        cfg: Config,
+        mesh: Mesh,
+        params: Any,
+        dataset: Dataset,
+        step: Any = None,
+        reference: Any = None,
     ) -> None:
         t = cfg.train
-        self.fn = step if step is not None else compile_eval_step(cfg, mesh, params)
+        # A preference run: the loss and TRL's metrics of its validation pairs; ``reference`` its
+        # reference weights where the steps read a copy of them (else None).
+        self.reference = () if reference is None else (reference,)
+        self.preference = cfg.preference.enabled
+        self.pair_metrics: dict[str, float] = {}
+        self.fn = (
+            step
+            if step is not None
+            else compile_eval_step(cfg, mesh, params, reference=reference is not None)
+        )
         self.mesh = mesh
         self.rows = t.batch_size // t.grad_accum
         parts = dataset.parts or (dataset,)
@@ -64,13 +82,13 @@ class Evaluator:
         # Per part: the bytes per token of the loss, and of packed batches' all-tokens loss.
         self.bytes_per_token = [
             (1.0, 1.0)
-            if not known
+            if not known or self.preference
             else _counted_bytes(dataset.tokenizer, b)
             if is_packed(b)
             else (p.bytes_per_token or 1.0,) * 2
             for p, b in zip(parts, self.batches, strict=True)
         ]
-        self.unit = "nats/byte" if known else "nats/token"
+        self.unit = "nats/pair" if self.preference else "nats/byte" if known else "nats/token"
         self.source = dataset.source
         self.windows = (len(jax.tree.leaves(self.batches[0])[0]), self.rows, cfg.window)
         self.by_source: dict[str, float] = {}
@@ -81,10 +99,19 @@ class Evaluator:
         for batches, bpt in zip(self.batches, self.bytes_per_token, strict=True):
             n = len(jax.tree.leaves(batches)[0])
             values = [
-                self.fn(params, place_batch(jax.tree.map(lambda a, i=i: a[i], batches), self.mesh))
+                self.fn(
+                    params,
+                    place_batch(jax.tree.map(lambda a, i=i: a[i], batches), self.mesh),
+                    *self.reference,
+                )
                 for i in range(n)
             ]
             values = [host_value(x) for x in values]
+            if self.preference:  # the means over every pair of the batches
+                total = {k: float(sum(np.asarray(v[k]) for v in values)) for k in values[0]}
+                pairs = max(total["pairs"], 1.0)
+                self.pair_metrics = {k: total[k] / pairs for k in METRICS}
+                return total["loss"] / pairs
             if not is_packed(batches):
                 losses.append(float(np.mean(values)) / bpt[0])
                 continue
@@ -101,6 +128,7 @@ class Evaluator:
         """``val_loss`` (``loss``, this call's result), a mixture's ``val_loss/<source>`` and
         packed batches' ``val_loss/all_tokens``."""
         out = {"val_loss": np.array([loss], np.float32)}
+        out |= {f"val_{k}": np.array([v], np.float32) for k, v in self.pair_metrics.items()}
         if self.all_tokens is not None:
             out["val_loss/all_tokens"] = np.array([self.all_tokens], np.float32)
         out |= {f"val_loss/{k}": np.array([v], np.float32) for k, v in self.by_source.items()}
@@ -141,6 +169,7 @@ class ValLoss:
     windows: tuple[int, int, int]  # batches, rows per batch, tokens per row
     by_source: tuple[tuple[str, float, float], ...] = ()
     all_tokens: float | None = None
+    pairs: tuple[tuple[str, float], ...] = ()  # a preference run's metrics (TRL's names)
 
     def describe(self) -> str:
         """``val_loss 2.535940 nats/byte`` with the data, windows and step it measured."""
@@ -148,6 +177,7 @@ class ValLoss:
         per = " per source" if self.by_source else ""
         mean = ", the weighted mean of its sources" if self.by_source else ""
         masked = "" if self.all_tokens is None else " of the answers (the loss mask)"
+        masked = " (the preference loss)" if self.pairs else masked
         lines = [
             f"val_loss {self.loss:.6f} {self.unit}{masked}{mean} on the validation split of "
             f"{self.source} ({batches} batch(es) of {rows} x {seq} tokens{per}, "
@@ -161,6 +191,10 @@ class ValLoss:
         lines += [
             f"val_loss/{name} {loss:.6f} {self.unit} (weight {weight:.3g})"
             for name, weight, loss in self.by_source
+        ]
+        lines += [
+            f"val_{name} {value:.6f} {UNITS.get(name, '(beta x nats)')}"
+            for name, value in self.pairs
         ]
         return "\n".join(lines)
 
@@ -179,12 +213,22 @@ def evaluate_run(run_dir: str | Path, config: Config | None = None, *, step: Any
         vocab_size=cfg.model.vocab_size,
         tokenizer=run_tokenizer(run_dir, cfg),
     )
-    evaluator = Evaluator(cfg, mesh, params, dataset, step)
+    reference = None
+    if eval_needs_reference(cfg):  # a precomputed reference too: gpt eval scores its own pairs
+        reference = load_reference(cfg, read_init_source(cfg.init.source), params)
+    evaluator = Evaluator(cfg, mesh, params, dataset, step, reference)
     loss = evaluator(params)
     parts = tuple(
         (n, float(w), evaluator.by_source[n])
         for n, w in zip(evaluator.names, evaluator.weights, strict=True)
     )
     return ValLoss(
-        loss, evaluator.unit, at, dataset.source, evaluator.windows, parts, evaluator.all_tokens
+        loss,
+        evaluator.unit,
+        at,
+        dataset.source,
+        evaluator.windows,
+        parts,
+        evaluator.all_tokens,
+        tuple(evaluator.pair_metrics.items()),
     )

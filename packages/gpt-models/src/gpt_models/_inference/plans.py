@@ -17,6 +17,7 @@ from .._config.schema import Config
 from .._distributed.mesh import BATCH_AXES
 from .._model.generate import compile_generate
 from .._model.gpt import abstract_params
+from .._runs.preference_run import eval_needs_reference
 from .eval_step import compile_eval_step
 from .scoring import compiled_scorer
 
@@ -85,7 +86,11 @@ def plan_eval(cfg: Config, run: str, stream: TextIO | None = None) -> Plan:
 
     def first() -> Any:
         batch = abstract_batch(cfg, mesh, (rows, cfg.window + 1), BATCH_AXES)
-        return compile_eval_step(cfg, mesh, params).lower(params, batch).compile()
+        if isinstance(batch, dict):  # gpt eval scores the reference itself: no "ref" to read
+            batch.pop("ref", None)
+        ref = (params,) if eval_needs_reference(cfg) else ()  # a preference run's reference
+        step = compile_eval_step(cfg, mesh, params, reference=bool(ref))
+        return step.lower(params, batch, *ref).compile()
 
     program = f"eval step ({rows} windows of {cfg.window} tokens, the run's micro-batch)"
     prefix = (

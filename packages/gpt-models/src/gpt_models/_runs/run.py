@@ -32,6 +32,7 @@ from .init_source import (
     training_chat_format,
 )
 from .launch import Launch, check_launch
+from .preference_run import check_preference
 from .resolve import check_resume_model, resolve_config
 from .snapshot import committed_steps
 
@@ -145,6 +146,7 @@ def resolve_run(
             f"note: data.val_fraction = {cfg.data.val_fraction} does not apply to a token store: "
             f"{cfg.data.path} keeps the split gpt prepare made (its --val-fraction)."
         )
+    check_preference(cfg, data, source, resume)
     chat = training_chat_format(cfg, folder, source, say)
     return Run(cfg, folder, tokenizer, data, source, chat, launch, stores, resume, dry_run)
 

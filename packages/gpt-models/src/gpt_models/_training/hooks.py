@@ -40,9 +40,12 @@ class Hooks:
         sample: the text of ``sample.txt``, from the final params.
         logger: where the metrics go (a lox logger; ``metrics/`` of the run folder for ``gpt
             train``).
+        reference: a preference run's reference weights, a copy of the init weights that every
+            step reads beside the state (``preference.prepare_reference``); None for any other.
     """
 
     evaluate: Evaluation | None = None
     tasks: Callable[[Any], dict[str, float]] | None = None
     sample: Callable[[Any], str] | None = None
     logger: lox.Logger | None = None
+    reference: Any = None

@@ -253,7 +253,8 @@ def _finish(run: Run, loop: StepLoop, state: Any, stop: dict[str, int]) -> str:
     ``TrainingInterrupted`` naming what was not written."""
     metrics, skipped = run.folder / "metrics" / "run_0", []
     if loop.logger and metrics.is_dir() and "signum" not in stop:
-        plot_losses(lox.load(metrics), run.folder / "loss.png", run.data.bytes_per_token)
+        per = None if run.config.preference.enabled else run.data.bytes_per_token
+        plot_losses(lox.load(metrics), run.folder / "loss.png", per)
     elif loop.logger:
         skipped.append("loss.png")
     sample = ""

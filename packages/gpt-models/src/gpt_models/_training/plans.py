@@ -43,6 +43,7 @@ from .._errors import UsageError
 from .._model.attention import check_attention
 from .._model.flops import flops_per_token, idle_expert_params
 from .._model.lora import lora_summary
+from .._runs.preference_run import needs_reference_weights, reference_lines
 from .._runs.run import Run
 from .logging import check_tensorboard, check_wandb
 from .step import TrainState, compile_train_step, make_optimizer, sharded_state
@@ -132,8 +133,11 @@ def plan_step(
     jitted = compile_train_step(cfg, optimizer, mesh, abstract)
     batch = abstract_batch(cfg, mesh)
     what = f"the train step ({len(devices)} {jax.default_backend()} device(s))"
+    # A preference step with its reference in a copy of the init weights takes them too, so the
+    # pre-flight counts them; a precomputed reference is counted as its part of the batch.
+    ref = (abstract.params,) if needs_reference_weights(cfg) else ()
     compiled, seconds = compiled_with_note(
-        stream, what, lambda: jitted.lower(abstract, batch).compile()
+        stream, what, lambda: jitted.lower(abstract, batch, *ref).compile()
     )
     mem, budget, baseline = step_memory(compiled, devices), memory_budget(devices), resident_bytes()
     trainable = abstract.params.split()[0]
@@ -165,6 +169,7 @@ def plan_step(
         f"{t.batch_size // t.grad_accum})",
         f"FLOPs per token  {flops:.3g} (training, forward and backward"
         + ("; LoRA: frozen weights get no weight gradient)" if cfg.lora.enabled else ")"),
+        *reference_lines(cfg, param_bytes),
     ]
     micro = t.batch_size // t.grad_accum
     return Plan(

@@ -34,7 +34,10 @@ from .._model.gpt import abstract_params, drops, init_params
 from .._model.lora import is_adapter
 from .._model.loss import is_packed, loss_weights, losses_and_stats, sums_of, with_aux
 from .moe_metrics import moe_metrics
+from .._model.preference import means
+from .._runs.preference_run import needs_reference_weights
 from .muon import make_muon
+from .preference_step import preference_objective, total_pairs
 
 
 @pytree_dataclass
@@ -360,6 +363,7 @@ def _ratio(num: jax.Array, den: jax.Array) -> jax.Array:
 def train_step(
     state: TrainState,
     batch: Any,
+    ref: Any = None,
     *,
     cfg: Config,
     optimizer: optax.GradientTransformation,
@@ -384,21 +388,29 @@ def train_step(
     ``loss/all_tokens`` the loss of every token of the examples (prompts too); for a mixture
     (``data.sources``) also ``row_loss``, each row's mean loss in the global batch's order,
     which the loop turns into ``loss/<source>``.
+
+    A preference run (``[preference]``) takes a batch of packed pairs and, with its reference in
+    a copy of the init weights, those weights as ``ref``; ``loss`` is the mean preference loss
+    over the global batch's pairs, logged with TRL's reward metrics (``preference.py``).
     """
     rows_too = bool(cfg.data.sources)  # a mixture's per-source losses need each row's loss
-    packed = is_packed(batch)
+    pref = cfg.preference.enabled
+    packed = is_packed(batch) and not pref
     n = jax.tree.leaves(batch)[0].shape[0]
     options = {"config": cfg.model, "constrain": constrain, "rows": rows_too, "micro_batches": n}
     if packed:  # the global batch's weight: known before any forward pass (it is data)
         flat = jax.tree.map(lambda a: a.reshape(-1, a.shape[-1]), batch)
         options["total"] = jnp.maximum(jnp.sum(loss_weights(flat)[0]), 1.0)
     objective = functools.partial(_packed_objective if packed else _loss_and_rows, **options)
+    if pref:
+        options = {"cfg": cfg, "constrain": constrain, "total": total_pairs(batch), "ref": ref}
+        objective = functools.partial(preference_objective, **options)
     trainable, frozen = state.params.split()
     grad_fn = jax.value_and_grad(
         lambda trainable, mb, key: objective(trainable.merge(frozen), mb, dropout_key=key),
         has_aux=True,
     )
-    dropping = drops(options["config"])
+    dropping = drops(cfg.model)
 
     def micro(acc: Any, mb_and_index: tuple[Any, Any]) -> tuple[Any, Any]:
         mb, index = mb_and_index
@@ -406,6 +418,8 @@ def train_step(
         (_, aux), grads = grad_fn(trainable, mb, key)
         if packed:
             loss = _ratio(aux[0]["answers"], aux[0]["answer_tokens"])
+        elif pref:
+            loss = _ratio(aux[0]["loss"], aux[0]["pairs"])
         else:
             loss = aux[0]  # the cross-entropy, without the experts' balance term
         lox.log({"micro_loss": loss})
@@ -419,9 +433,9 @@ def train_step(
         indices = jnp.arange(n) if dropping else None  # None: the scan without dropout's input
         grads, (losses, aux) = jax.lax.scan(micro, zeros, (batch, indices))
         moe = jax.tree.map(lambda a: a.mean(0), aux[2])  # over the micro-batches
-    if packed:  # each micro-batch's gradient was already its share of the whole
+    if packed or pref:  # each micro-batch's gradient was already its share of the whole
         sums, rows = jax.tree.map(jnp.sum, aux[0]), aux[1]
-        loss = sums["answers"] / options["total"]
+        loss = sums["loss" if pref else "answers"] / options["total"]
     else:
         grads = jax.tree.map(lambda g: g / n, grads)
         loss, rows = jnp.mean(losses), aux[1]
@@ -431,6 +445,8 @@ def train_step(
     metrics = {"loss": loss, "grad_norm": _global_norm(grads), "lr": lr}
     if packed:
         metrics["loss/all_tokens"] = _ratio(sums["all_tokens"], sums["example_tokens"])
+    if pref:
+        metrics |= {k: v for k, v in means(sums).items() if k != "loss"}
     if rows_too:  # in the global batch's row order: micro-batch by micro-batch
         metrics["row_loss"] = rows.reshape(-1)
     metrics |= moe_metrics(moe)
@@ -461,9 +477,12 @@ def compile_train_step(
     shardings = state_shardings(abstract)
     constrain, batch = activation_constraint(mesh), batch_sharding(mesh, MICRO_BATCH_AXES)
     fn = functools.partial(train_step, cfg=cfg, optimizer=optimizer, constrain=constrain)
+    # A preference run with its reference in a copy of the init weights takes them as a third
+    # argument, laid out as the params (not donated: every step reads them).
+    ref = (shardings.params,) if needs_reference_weights(cfg) else ()
     return jax.jit(
         lox.spool(fn),
-        in_shardings=(shardings, batch),
+        in_shardings=(shardings, batch, *ref),
         out_shardings=(shardings, replicated(mesh)),
         donate_argnums=0,
         compiler_options=compiler_options(mesh),

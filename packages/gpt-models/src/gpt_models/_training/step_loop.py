@@ -75,6 +75,8 @@ class StepLoop:
         self.ckpt, self.start, self.hooks = ckpt, restored.step, hooks
         self.stores = run.stores  # recorded with each checkpoint
         self.step_fn = plan.preflight.compiled  # compiled by the pre-flight (plans.plan_step)
+        # A preference step's copy of the init weights, its third argument (hooks.py).
+        self.reference = () if hooks.reference is None else (hooks.reference,)
         self.stream = stream if is_primary() else io.StringIO()  # only process 0 reports
         # A mixture's per-source metrics, their counts continued from the checkpoint's.
         self.sources = SourceMetrics(cfg, run.data, restored, self.stream)
@@ -84,6 +86,7 @@ class StepLoop:
         peak = peak_flops(devices, compute_dtype(cfg.model), cfg.log.peak_flops)
         self.peak_note = unknown_peak_note(devices, cfg.log.peak_flops)
         self.started = time.perf_counter()
+        pairs = cfg.preference.enabled  # a preference loss: per pair, not per byte
         self.progress = Progress(
             t.steps,
             self.start,
@@ -92,7 +95,8 @@ class StepLoop:
             peak,
             every=cfg.log.every,
             stream=self.stream,
-            bytes_per_token=run.data.bytes_per_token,
+            bytes_per_token=None if pairs else run.data.bytes_per_token,
+            unit="nats/pair" if pairs else "",
         )
         self.loss = self.val = math.nan
         self.eval_seconds = 0.0  # of the last record(): kept out of the step-time split
@@ -184,7 +188,7 @@ class StepLoop:
             self.profiler.before(step)
             with await_scratch(self.step_fn):  # its scratch is free before the next step asks
                 t0 = clock()
-                state, logs = self.step_fn(state, batch)
+                state, logs = self.step_fn(state, batch, *self.reference)
                 t1 = clock()
                 if step + 1 < steps:
                     batch = self.fetch(step + 1)  # overlaps with the step running on the device
