@@ -23,7 +23,9 @@ Modules, for a test that patches a name where the code looks it up:
   between a chunk's ids and that chunk's state, as a ``kill -9`` could.
 
 Functions: ``PendingDigest``, ``read_digest`` and ``verify_digest``, a checkpoint's per-array
-digest, which a benchmark times apart from the checkpoint write.
+digest, which a benchmark times apart from the checkpoint write; ``preference_sums``, the
+preference losses and reward metrics from the answers' log-probs, which the TRL parity test
+compares with TRL's own loss function.
 
 The sources of the generated reference pages (``docs/_ext/gpt_reference.py``) and of their drift
 test: ``cli_parser()``, the ``gpt`` command's argument parser; ``key_meanings()``, each config key's
@@ -35,6 +37,7 @@ from ._cli.main import _parser as cli_parser
 from ._config.schema import CHOICES as CONFIG_CHOICES
 from ._config.toml import key_meanings
 from ._data import prepare as data_prepare
+from ._model.preference import preference_sums
 from ._runs import lock as runs_lock
 from ._runs.digest import PendingDigest, read_digest
 from ._runs.digest import verify as verify_digest
@@ -48,6 +51,7 @@ __all__ = [
     "data_prepare",
     "key_meanings",
     "launcher",
+    "preference_sums",
     "read_digest",
     "runs_lock",
     "training_loop",
