@@ -366,6 +366,7 @@ INTEROP_TESTS = [
     "packages/gpt-models/tests/test_sft_data.py",
     "packages/gpt-models/tests/test_chat_format.py",
     "packages/gpt-models/tests/test_lora.py",
+    "packages/gpt-models/tests/test_preference_parity.py",
 ]
 
 
@@ -375,12 +376,13 @@ def interop(session: nox.Session) -> None:
 
     Every family's import/export parity against transformers (test_hf_families.py), transformers'
     generate on an export, the chat-template ids against ``apply_chat_template``, peft's logits
-    with an exported LoRA adapter; then check_hf_interop.py (tiny trained GPT-2- and Llama-shaped
+    with an exported LoRA adapter, the DPO, IPO and SimPO losses against trl's loss function
+    (test_preference_parity.py); then check_hf_interop.py (tiny trained GPT-2- and Llama-shaped
     runs exported and reloaded). ``-- regen`` also rewrites the golden folders under gpt-models'
     tests/data.
     """
     h.sync_locked(session, session.virtualenv.location, "dev")
-    session.install(*_torch_cpu(), "transformers", "peft")
+    session.install(*_torch_cpu(), "transformers", "peft", "trl")
     data = ROOT / "packages" / "gpt-models" / "tests" / "data"
     if "regen" in session.posargs:
         session.run("python", str(data / "make_hf_golden.py"), env=h.ENV)
