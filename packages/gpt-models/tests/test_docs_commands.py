@@ -351,6 +351,11 @@ def _files(ws: Path) -> None:
         ws / "completions.jsonl",
         [{"prompt": f"{a} + {b} =", "completion": f" {a + b}"} for a, b in sums],
     )
+    _jsonl(
+        ws / "pairs.jsonl",
+        [{"prompt": f"{a} + {b} =", "chosen": f" {a + b}", "rejected": f" {a + b + 1}"}
+         for a, b in sums],
+    )  # fmt: skip
     data = Path(__file__).parent / "data"
     (ws / "tasks").mkdir()
     for kind in ("mc", "cloze"):
