@@ -8,7 +8,8 @@ JSONL and parquet files (``sources.py``, in chunks: ``chunks.py``; chat and comp
 ``chat_format.py``; examples to ids and loss masks: ``sft_encode.py``; where it may write:
 ``out_folder.py``; the split: ``val_split.py``) into a token store (``store.py``) described by its
 checked manifest (``manifest.py``, written by ``store_manifest.py``); a store's loss-mask streams
-(``sft_store.py``) and their packed batches (``packing.py``).
+(``sft_store.py``) and their packed batches (``packing.py``); preference lines (``preference.py``),
+whose pairs pack together.
 
 Layer 2 of gpt_models. May import: ``.._errors``, ``.._console``, ``.._config``.
 """

@@ -6,7 +6,8 @@ Hugging Face families in its terms, config.json and tensors (``hf_layout.py`` fo
 ``hf_gpt2.py``, ``hf_llama.py`` with the Llama-like layout, ``hf_dense.py`` for Qwen2, Qwen3,
 Mistral and OLMo 2, ``hf_gemma.py`` for Gemma 2 and 3, ``hf_moe.py`` for Mixtral and Qwen3-MoE,
 ``hf_families.py``, the registry that picks one); the model section of a run with LoRA adapters
-and its ``bx.LoRA`` (``lora.py``).
+and its ``bx.LoRA`` (``lora.py``); the preference losses and TRL's reward metrics on packed pairs
+(``preference.py``).
 
 Layer 3 of gpt_models. May import: ``.._errors``, ``.._config``, ``.._data``, ``.._distributed``.
 """

@@ -96,8 +96,9 @@ class StepLoop:
             every=cfg.log.every,
             stream=self.stream,
             bytes_per_token=None if pairs else run.data.bytes_per_token,
-            unit="nats/pair" if pairs else "",
         )
+        if pairs:
+            self.progress.unit = "nats/pair"
         self.loss = self.val = math.nan
         self.eval_seconds = 0.0  # of the last record(): kept out of the step-time split
         self.at: dict[str, Any] = {}  # the step running and clean-up logs (train's error log)
