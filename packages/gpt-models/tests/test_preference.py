@@ -19,6 +19,7 @@ from gpt_models import (
     PRESETS,
     ConfigError,
     DataError,
+    UsageError,
     export_hf,
     init_params,
     load_run,
@@ -219,7 +220,7 @@ def test_preference_runs_without_their_data_or_reference_are_refused_in_one_line
 
 def test_resolve_run_refuses_dpo_without_init_from(tmp_path, base_and_store, make_config):
     _, store = base_and_store
-    cfg = make_config(preference={"loss": "dpo"})
+    cfg = make_config(preference={"loss": "dpo"}, mesh={"data": -1})
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, path=str(store)))
-    with pytest.raises(Exception, match="has no init.source"):
+    with pytest.raises(UsageError, match="has no init.source"):
         resolve_run(tmp_path / "run", cfg)
