@@ -33,8 +33,7 @@ class Progress:
 
     The train loss and the validation loss are shown in one unit: nats per byte (the train loss,
     per token in the step, divided by the data's ``bytes_per_token``, as ``loss.png`` shows it), or
-    nats per token when the data's bytes are unknown (``bytes_per_token=None``); ``unit`` names
-    another (a preference loss: ``nats/pair``, with ``bytes_per_token=None``).
+    nats per token when the data's bytes are unknown (``bytes_per_token=None``).
     """
 
     def __init__(
@@ -48,7 +47,6 @@ class Progress:
         every: int,
         stream: TextIO | None = None,
         bytes_per_token: float | None = 1.0,
-        unit: str = "",
     ) -> None:
         self.total, self.start, self.every = total, start, every
         self.tokens_per_step, self.flops_per_token, self.peak = (
@@ -65,7 +63,7 @@ class Progress:
         self.last_print = -1
         self.times = StepTimes()  # filled by the loop; shown as the step-time split
         self.per_token = 1.0 / (bytes_per_token or 1.0)
-        self.unit = unit or ("nats/byte" if bytes_per_token else "nats/token")
+        self.unit = "nats/byte" if bytes_per_token else "nats/token"
 
     def tick(self, step: int) -> None:
         """Call after step ``step`` finished; the first step (compilation) is not timed."""
