@@ -18,9 +18,9 @@ def write_metrics_csv(metrics_dir: Path, path: Path) -> None:
     ``wall_time`` is seconds since this process started its training loop (a resumed run starts
     again at 0); ``val_loss`` is in nats per byte; ``loss`` is the train loss in nats per token.
     A mixture adds each source's ``loss/<source>``, ``val_loss/<source>`` and cumulative
-    ``tokens/<source>``; a mixture of experts ``moe/aux_loss`` and ``moe/expert_fraction/<i>``. A preference run adds TRL's
-    ``rewards/...`` and ``logps/...`` of its train batches and their ``val_`` twins of the
-    validation split; its losses are nats per pair.
+    ``tokens/<source>``; a mixture of experts ``moe/aux_loss`` and ``moe/expert_fraction/<i>``.
+    A preference run adds TRL's ``rewards/...`` and ``logps/...`` of its train batches and their
+    ``val_`` twins of the validation split; its losses are nats per pair.
     """
     logs = lox.load(metrics_dir)
     tasks = sorted(k for k in logs if k.startswith("eval/"))  # eval.tasks: eval/<task>/acc

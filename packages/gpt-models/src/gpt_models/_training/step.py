@@ -33,9 +33,9 @@ from .._errors import ConfigError
 from .._model.gpt import abstract_params, drops, init_params
 from .._model.lora import is_adapter
 from .._model.loss import is_packed, loss_weights, losses_and_stats, sums_of, with_aux
-from .moe_metrics import moe_metrics
 from .._model.preference import means
 from .._runs.preference_run import needs_reference_weights
+from .moe_metrics import moe_metrics
 from .muon import make_muon
 from .preference_step import preference_objective, total_pairs
 
