@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ._compute.host_memory import tune_host_allocator as tune_host_allocator
     from ._compute.preflight import Plan as Plan
     from ._config.lora import LoRAConfig as LoRAConfig
+    from ._config.model import ModelConfig as ModelConfig
     from ._config.preference import PreferenceConfig as PreferenceConfig
     from ._config.presets import PRESETS as PRESETS
     from ._config.schema import Config as Config
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from ._config.schema import InitConfig as InitConfig
     from ._config.schema import LogConfig as LogConfig
     from ._config.schema import MeshConfig as MeshConfig
-    from ._config.schema import ModelConfig as ModelConfig
     from ._config.schema import SampleConfig as SampleConfig
     from ._config.schema import TrainConfig as TrainConfig
     from ._config.sources import DataSource as DataSource

@@ -1,4 +1,5 @@
-"""Configs: the dataclasses and their checks (``schema.py``), the presets (``presets.py``), a data
+"""Configs: the dataclasses and their checks (``schema.py``; the ``[model]`` section in
+``model.py``), the presets (``presets.py``), a data
 mixture's sources (``sources.py``),
 the ``[lora]`` section (``lora.py``), the ``[preference]`` section (``preference.py``),
 TOML files and ``--set`` overrides (``toml.py``).

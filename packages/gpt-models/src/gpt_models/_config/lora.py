@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 from core_primitives import did_you_mean
 
 if TYPE_CHECKING:  # schema.py imports this module
-    from .schema import Config, ModelConfig
+    from .model import ModelConfig
+    from .schema import Config
 
 # A target -> the parameter path suffix of the kernel it adapts, under a block.
 KERNELS: dict[str, tuple[str, ...]] = {

@@ -7,7 +7,8 @@ import dataclasses
 from collections.abc import Mapping
 
 from .lora import LoRAConfig
-from .schema import Config, ModelConfig, TrainConfig
+from .model import ModelConfig
+from .schema import Config, TrainConfig
 
 
 def _tiny() -> Config:

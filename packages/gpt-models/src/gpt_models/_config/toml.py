@@ -20,8 +20,9 @@ from typing import Any
 from core_primitives import did_you_mean, format_problems, list_alternatives
 
 from .._errors import ConfigError
+from .model import ModelConfig
 from .presets import PRESETS
-from .schema import CHOICES, Config, ModelConfig
+from .schema import CHOICES, Config
 from .sources import DataSource, parse_sources, without_empty_names
 
 # Flat views: "section.key" -> (field type, value)

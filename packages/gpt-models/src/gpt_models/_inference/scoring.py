@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._config.schema import ModelConfig
+from .._config.model import ModelConfig
 from .._console import StatusLine
 from .._model.gpt import forward
 

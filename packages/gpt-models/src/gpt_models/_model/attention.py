@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax
 
-from .._config.schema import ModelConfig
+from .._config.model import ModelConfig
 from .._errors import ConfigError
 from .block import compute_dtype
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 import blox as bx
 
-from .._config.schema import ModelConfig
+from .._config.model import ModelConfig
 
 Array = jax.Array
 

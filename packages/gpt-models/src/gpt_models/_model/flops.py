@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._config.schema import ModelConfig
+from .._config.model import ModelConfig
 from .lora import lora_config
 
 

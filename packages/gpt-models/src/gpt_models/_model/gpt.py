@@ -20,7 +20,7 @@ from jax.sharding import Mesh
 import blox as bx
 import paramspec as ps
 
-from .._config.schema import ModelConfig
+from .._config.model import ModelConfig
 from .._distributed.mesh import RULES, single_device_mesh
 from .block import RESIDUAL, Block, Common, axes, compute_dtype, no_constraint, per_layer
 from .lora import lora_config, make_lora

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from .._config.schema import ModelConfig
+from .._config.model import ModelConfig
 from .hf_layout import ConfigReader
 from .hf_llama import FULL, LlamaLayout
 

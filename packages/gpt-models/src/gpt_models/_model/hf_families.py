@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .._config.schema import ModelConfig
+from .._config.model import ModelConfig
 from .._errors import CheckpointFormatError
 from .hf_dense import MISTRAL, OLMO2, QWEN2, QWEN3
 from .hf_gemma import GEMMA2, GEMMA3

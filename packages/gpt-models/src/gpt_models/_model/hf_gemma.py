@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from .._config.schema import ModelConfig
+from .._config.model import ModelConfig
 from .hf_layout import ConfigReader
 from .hf_llama import FULL, SLIDING, LlamaLayout, layer_types, window_pattern
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._config.schema import ModelConfig
+from .._config.model import ModelConfig
 from .hf_layout import BLOCK, ConfigReader, Entry, Layout, one, padded_vocab
 
 

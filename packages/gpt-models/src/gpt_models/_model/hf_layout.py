@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._config.schema import ModelConfig
+from .._config.model import ModelConfig
 from .._errors import CheckpointFormatError
 
 PREFIX = ("gpt", "model")

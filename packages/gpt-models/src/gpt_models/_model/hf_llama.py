@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._config.schema import ModelConfig
+from .._config.model import ModelConfig
 from .hf_layout import BLOCK, ConfigReader, Entry, Layout, json_text, one, padded_vocab
 
 # Our norms and transformers' names for them, by model.norm_placement.

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._config.schema import ModelConfig
+from .._config.model import ModelConfig
 from .hf_dense import MistralLayout, Qwen3Layout
 from .hf_layout import BLOCK, ConfigReader, Entry, json_text, one
 

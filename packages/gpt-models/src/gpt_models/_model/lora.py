@@ -11,7 +11,7 @@ from typing import Any
 import blox as bx
 
 from .._config.lora import KERNELS, LoRAConfig
-from .._config.schema import LoRAModel, ModelConfig
+from .._config.model import LoRAModel, ModelConfig
 
 BLOCK_PATH = ("gpt", "model", "blocks", "block")
 

@@ -35,7 +35,7 @@ import numpy as np
 
 import blox as bx
 
-from .._config.schema import ModelConfig
+from .._config.model import ModelConfig
 from .._data.bpe import BPETokenizer, end_of_text_id
 from .._data.byte_tokenizer import ByteTokenizer
 from .._data.chat_format import ChatFormat

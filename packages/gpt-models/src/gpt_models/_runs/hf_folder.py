@@ -22,7 +22,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .._config.schema import Config, ModelConfig
+from .._config.model import ModelConfig
+from .._config.schema import Config
 from .._data.byte_tokenizer import ByteTokenizer
 from .._data.run_tokenizer import TOKENIZER_FILE
 from .._errors import CheckpointFormatError, UsageError

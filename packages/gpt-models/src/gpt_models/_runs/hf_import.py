@@ -30,7 +30,8 @@ import numpy as np
 
 import blox as bx
 
-from .._config.schema import Config, ModelConfig
+from .._config.model import ModelConfig
+from .._config.schema import Config
 from .._data.chat_format import ChatFormat, chat_format_of, plain_template
 from .._data.chat_template import find_chat_template
 from .._data.encoder import Encoder

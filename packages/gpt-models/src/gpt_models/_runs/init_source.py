@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .._config.schema import BUILTIN_TOKENIZERS, Config, ModelConfig
+from .._config.model import ModelConfig
+from .._config.schema import BUILTIN_TOKENIZERS, Config
 from .._config.toml import load_config, parse_value
 from .._data.chat_format import ChatFormat, trained_on
 from .._data.corpus import Tokenizer

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from .._config.schema import Config, DataConfig, ModelConfig, fit_warmup
+from .._config.model import ModelConfig
+from .._config.schema import Config, DataConfig, fit_warmup
 from .._config.toml import apply_overrides, load_config
 from .._data.chat_format import ChatFormat
 from .._data.corpus import Dataset, Tokenizer, load_dataset
