@@ -1,4 +1,5 @@
-"""The packages' sources are formatted by ruff, not bent to fit a line count: ``# fmt: skip`` only
+"""The packages' sources are formatted by ruff, not bent to fit a line count, and no module passes
+500 lines: ``# fmt: skip`` only
 on module-level data tables (a preset, a mapping of names), at most 40 of them in all. Long lines
 are ruff's own check (E501 on ``packages/*/src``)."""
 
@@ -47,3 +48,16 @@ def test_the_check_tells_a_table_from_code(tmp_path):
         f"def f(x,\n      y):  {MARK}\n    return x\n"
     )
     assert _skips(module) == [(2, True), (5, False)]
+
+
+LONGEST = 500
+
+
+def test_no_source_module_over_500_lines():
+    # A module past a few hundred lines holds more than one concern: split it along that seam.
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in sorted(ROOT.glob("packages/*/src/**/*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > LONGEST
+    }
+    assert long == {}, f"modules over {LONGEST} lines (split each by concern): {long}"

@@ -74,10 +74,13 @@ class ExampleEncoder:
             rendered += [self._render(a, where, kind) for a in answers]
         done = self._tokenize([t for t, _ in rendered], [s for _, s in rendered])
         return [
-            (np.concatenate([c[0], r[0]]), np.concatenate([c[1], r[1]]),
-             np.array([len(c[0]), len(r[0])], np.uint32))
+            (
+                np.concatenate([c[0], r[0]]),
+                np.concatenate([c[1], r[1]]),
+                np.array([len(c[0]), len(r[0])], np.uint32),
+            )
             for c, r in zip(done[0::2], done[1::2], strict=True)
-        ]  # fmt: skip
+        ]
 
     def _render(
         self, example: Any, where: str, kind: str = ""

@@ -138,9 +138,13 @@ def pair_sums(
     reference = None
     if pref.uses_reference:
         reference = reference_logps(
-            params, batch, config=config, constrain=constrain, ref=ref,
+            params,
+            batch,
+            config=config,
+            constrain=constrain,
+            ref=ref,
             precomputed=pref.precompute_ref and "ref" in batch,
-        )  # fmt: skip
+        )
     return preference_sums(policy, reference, pair_mask(batch), pref)
 
 

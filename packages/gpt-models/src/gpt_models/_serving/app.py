@@ -239,12 +239,23 @@ class _Reply:
         if not self.asked.logprobs:
             return None
         if self.asked.chat:
-            return {"content": [{"token": self.token_text(t), "logprob": lp,
-                                 "bytes": list(self.token_text(t).encode()), "top_logprobs": []}
-                                for t, lp in tokens]}  # fmt: skip
-        return {"tokens": [self.token_text(t) for t, _ in tokens],
-                "token_logprobs": [lp for _, lp in tokens], "top_logprobs": None,
-                "text_offset": None}  # fmt: skip
+            return {
+                "content": [
+                    {
+                        "token": self.token_text(t),
+                        "logprob": lp,
+                        "bytes": list(self.token_text(t).encode()),
+                        "top_logprobs": [],
+                    }
+                    for t, lp in tokens
+                ]
+            }
+        return {
+            "tokens": [self.token_text(t) for t, _ in tokens],
+            "token_logprobs": [lp for _, lp in tokens],
+            "top_logprobs": None,
+            "text_offset": None,
+        }
 
     def _text(self, i: int, text: str, tokens: Any, finish: str | None) -> dict[str, Any]:
         if self.asked.chat:

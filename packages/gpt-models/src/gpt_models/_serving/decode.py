@@ -99,9 +99,14 @@ def pick(logits: Array, knobs: Knobs, i: Array) -> tuple[Array, Array]:
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
 def prefill(
-    cfg: Any, weights: bx.Params, cache: bx.Params, slot: Array, prompt: Array, length: Array,
+    cfg: Any,
+    weights: bx.Params,
+    cache: bx.Params,
+    slot: Array,
+    prompt: Array,
+    length: Array,
     knobs: Knobs,
-) -> tuple[Array, Array, bx.Params]:  # fmt: skip
+) -> tuple[Array, Array, bx.Params]:
     """Write ``prompt`` (``(1, bucket)``, its first ``length`` tokens real) into ``slot``'s
     cache; the first new token, its log-probability and the cache."""
     model = gpt(cfg)
@@ -116,9 +121,14 @@ def prefill(
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnums=2)
 def step(
-    cfg: Any, weights: bx.Params, cache: bx.Params, tokens: Array, positions: Array,
-    knobs: Knobs, made: Array,
-) -> tuple[Array, Array, bx.Params]:  # fmt: skip
+    cfg: Any,
+    weights: bx.Params,
+    cache: bx.Params,
+    tokens: Array,
+    positions: Array,
+    knobs: Knobs,
+    made: Array,
+) -> tuple[Array, Array, bx.Params]:
     """One decoding step of the first ``k`` slots (``k``: the length of ``tokens``, each slot's
     last token, at ``positions``): the next tokens (slot ``s`` draws with ``made[s]``, its count
     of tokens so far), their log-probabilities and the cache. The slots past ``k`` are left as

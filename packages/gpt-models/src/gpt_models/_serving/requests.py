@@ -248,8 +248,7 @@ def completion(body: dict[str, Any], model: Model) -> Asked:
         raise _bad("echo", "true is not supported: the text returned is the continuation only")
     lengths = _lengths(body, model, prompts, "prompt")
     ends = () if _flag(body, "ignore_eos") else model.ends
-    return Asked(False, tuple(prompts), lengths, ends=ends, logprobs=logprobs == 0,
-                 **settings)  # fmt: skip
+    return Asked(False, tuple(prompts), lengths, ends=ends, logprobs=logprobs == 0, **settings)
 
 
 def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
@@ -306,5 +305,12 @@ def chat(body: dict[str, Any], model: Model) -> Asked:
         not ends and not _flag(body, "ignore_eos") and model.chat.end_of_turn_text.strip()
     ):  # no one id: cut at its text
         stop = (*stop, model.chat.end_of_turn_text)
-    return Asked(True, tuple(prompts), lengths, stop=stop, ends=ends,
-                 logprobs=_flag(body, "logprobs"), **settings)  # fmt: skip
+    return Asked(
+        True,
+        tuple(prompts),
+        lengths,
+        stop=stop,
+        ends=ends,
+        logprobs=_flag(body, "logprobs"),
+        **settings,
+    )

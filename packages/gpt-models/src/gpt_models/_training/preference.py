@@ -57,8 +57,9 @@ def prepare_reference(run: Run, plan: TrainPlan, stream: TextIO | None = None) -
         split.ref = _precompute(split, weights, score, plan, cfg.train.seed)
     if stream is not None:
         n = len(run.data.train.units) + len(run.data.val.units)  # type: ignore[union-attr]
-        print(f"Reference log-probs of {n:,} pairs computed (preference.precompute_ref).",
-              file=stream)  # fmt: skip
+        print(
+            f"Reference log-probs of {n:,} pairs computed (preference.precompute_ref).", file=stream
+        )
     return None
 
 

@@ -25,9 +25,14 @@ def preference_objective(
     """This micro-batch's share of the global batch's mean preference loss (its sum over the
     global batch's ``total`` pairs), with the sums of the loss and the metrics."""
     sums = pair_sums(
-        params, batch, config=cfg.model, pref=cfg.preference, constrain=constrain, ref=ref,
+        params,
+        batch,
+        config=cfg.model,
+        pref=cfg.preference,
+        constrain=constrain,
+        ref=ref,
         dropout_key=dropout_key,
-    )  # fmt: skip
+    )
     return sums["loss"] / total, (sums, None, {})  # no rows, no experts' stats
 
 
