@@ -198,7 +198,45 @@ def with_lora(model: ModelConfig, lora: LoRAConfig) -> ModelConfig:
     )
 
 
+def heads_divide(m: ModelConfig) -> bool:
+    """Whether ``model.d_model`` splits into ``model.n_heads`` heads, or ``d_head`` sizes them."""
+    return m.d_model > 0 and m.n_heads > 0 and bool(m.d_head or not m.d_model % m.n_heads)
+
+
 def model_problems(m: ModelConfig) -> list[str]:
+    """Every problem of the ``[model]`` section alone: its shapes, then the families' options."""
+    problems: list[str] = []
+    if m.d_model % max(m.n_heads, 1) and not m.d_head:
+        problems.append(
+            f"model.d_model = {m.d_model} must be divisible by model.n_heads = {m.n_heads}"
+        )
+    if m.n_kv_heads < 0 or (m.n_kv_heads and m.n_heads % m.n_kv_heads):
+        problems.append(
+            f"model.n_kv_heads = {m.n_kv_heads} must divide model.n_heads = {m.n_heads} "
+            "(0 means equal to n_heads)"
+        )
+    if m.pos == "rope" and m.d_head % 2:
+        problems.append(f"model.d_head = {m.d_head} must be even with RoPE (pos = 'rope')")
+    elif m.pos == "rope" and heads_divide(m) and m.head_dim % 2:
+        fits = [h for h in range(1, m.d_model + 1) if not m.d_model % h and not m.d_model // h % 2]
+        near = sorted(sorted(fits, key=lambda h: abs(h - m.n_heads))[:3])
+        heads = f"--set model.n_heads=N with N in {near}, " if near else ""
+        problems.append(
+            f"RoPE needs an even head dim; model.d_model / model.n_heads = {m.d_model} / "
+            f"{m.n_heads} = {m.head_dim}. Fix: {heads}--set model.d_model="
+            f"{m.n_heads * (m.head_dim + 1)}, or --set model.pos=learned"
+        )
+    if not 0 <= m.vocab_real <= m.vocab_size:
+        problems.append(
+            f"model.vocab_real = {m.vocab_real} must be between 0 (all of model.vocab_size) and "
+            f"model.vocab_size = {m.vocab_size}"
+        )
+    if not (math.isfinite(m.norm_eps) and m.norm_eps >= 0):
+        problems.append(f"model.norm_eps = {m.norm_eps} must be a finite number >= 0")
+    return problems + _family_problems(m)
+
+
+def _family_problems(m: ModelConfig) -> list[str]:
     """The options of the imported families (windows, soft-caps, scalars) out of range."""
     problems = [
         f"model.{key} = {value} must be >= 0 (0 = off)"

@@ -20,7 +20,7 @@ from core_primitives import did_you_mean, format_problems, list_alternatives
 
 from .._errors import ConfigError
 from .lora import LoRAConfig, lora_problems
-from .model import ModelConfig, model_problems, with_lora
+from .model import ModelConfig, heads_divide, model_problems, with_lora
 from .preference import LOSSES, PreferenceConfig, preference_problems
 from .sources import DataSource, source_problems
 
@@ -275,34 +275,7 @@ def validate(cfg: Config) -> Config:
     """
     m, t = cfg.model, cfg.train
     problems = [f"{k} = {v!r} must be > 0" for k, v in _positives(cfg).items() if not v > 0]
-    if m.d_model % max(m.n_heads, 1) and not m.d_head:
-        problems.append(
-            f"model.d_model = {m.d_model} must be divisible by model.n_heads = {m.n_heads}"
-        )
-    if m.n_kv_heads < 0 or (m.n_kv_heads and m.n_heads % m.n_kv_heads):
-        problems.append(
-            f"model.n_kv_heads = {m.n_kv_heads} must divide model.n_heads = {m.n_heads} "
-            "(0 means equal to n_heads)"
-        )
-    divisible = m.d_model > 0 and m.n_heads > 0 and (m.d_head or not m.d_model % m.n_heads)
-    if m.pos == "rope" and m.d_head % 2:
-        problems.append(f"model.d_head = {m.d_head} must be even with RoPE (pos = 'rope')")
-    elif m.pos == "rope" and divisible and m.head_dim % 2:
-        fits = [h for h in range(1, m.d_model + 1) if not m.d_model % h and not m.d_model // h % 2]
-        near = sorted(sorted(fits, key=lambda h: abs(h - m.n_heads))[:3])
-        heads = f"--set model.n_heads=N with N in {near}, " if near else ""
-        problems.append(
-            f"RoPE needs an even head dim; model.d_model / model.n_heads = {m.d_model} / "
-            f"{m.n_heads} = {m.head_dim}. Fix: {heads}--set model.d_model="
-            f"{m.n_heads * (m.head_dim + 1)}, or --set model.pos=learned"
-        )
-    if not 0 <= m.vocab_real <= m.vocab_size:
-        problems.append(
-            f"model.vocab_real = {m.vocab_real} must be between 0 (all of model.vocab_size) and "
-            f"model.vocab_size = {m.vocab_size}"
-        )
-    if not (math.isfinite(m.norm_eps) and m.norm_eps >= 0):
-        problems.append(f"model.norm_eps = {m.norm_eps} must be a finite number >= 0")
+    problems += model_problems(m)
     if t.batch_size % max(t.grad_accum, 1):
         problems.append(
             f"train.batch_size = {t.batch_size} must be divisible by train.grad_accum = "
@@ -319,10 +292,10 @@ def validate(cfg: Config) -> Config:
         )
     if not 257 <= cfg.data.bpe_vocab_size <= 65536:
         problems.append(f"data.bpe_vocab_size = {cfg.data.bpe_vocab_size} must be in 257..65536")
-    problems += _range_problems(cfg) + model_problems(m)
+    problems += _range_problems(cfg)
     s = cfg.sample
     problems += sampling_problems("sample.", s.max_new_tokens, s.temperature, s.top_k, s.top_p)
-    if divisible and m.d_model > 0:  # the LoRA checks read the heads' sizes
+    if heads_divide(m):  # the LoRA checks read the heads' sizes
         problems += lora_problems(cfg)
     problems += source_problems(cfg.data.sources, cfg.data.path)
     problems += preference_problems(cfg)
