@@ -71,7 +71,7 @@ TEST_EXTRAS = {
     "paramspec-sharding": ["orbax-checkpoint"],
     "gpt-models": ["wandb", "pandas", "tensorboardX", "tbparse"],
 }
-TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3.1", "pytest-xdist>=3.6"]
+TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3.1", "pytest-xdist>=3.6.1"]
 # The JAX versions the matrix tests besides the locked ones, each with the Python it runs on
 # (JAX 0.11 and later need Python >= 3.12). The first is the oldest supported JAX: `floors` runs it.
 JAX_MATRIX = {
