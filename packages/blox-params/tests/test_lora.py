@@ -261,7 +261,9 @@ def test_adapters_join_a_stack_that_was_created_without_them(is_static):
     assert (a.shape, b.shape) == ((3, 6, 2), (3, 2, 6))
     assert (a.logical_axes, b.logical_axes) == (("layers", "embed", None), ("layers", None, "mlp"))
     assert not np.allclose(a.value[0], a.value[1])  # each copy drew its own key
-    np.testing.assert_array_equal(y, y_base)
+    # B = 0: the output is the base's, to float rounding (JAX 0.7's XLA fuses the zero update into
+    # the scanned layer's dot and differs in the last bit).
+    np.testing.assert_allclose(y, y_base, atol=1e-6, rtol=0)
     kernel = ("net", "blocks", "layer", "kernel")
     np.testing.assert_array_equal(params[kernel].value, pretrained[kernel].value)
     merged = lora.merge(randomise_adapters(params))
