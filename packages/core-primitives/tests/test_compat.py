@@ -19,7 +19,7 @@ NAMES = {
     "register_staged_params", "register_transpose", "wrap_batched_cond", "wrap_batched_while",
     "make_effect", "make_ordered_effect", "register_ordered_callback_lowering",
     "backends_initialized", "unrolled_threefry_on_cpu", "xla_cpu_remats_unrolled_layers",
-    "xla_cpu_xnn_fusion_supported", "cluster_environments",
+    "xla_cpu_xnn_fusion_supported", "cluster_environments", "coordinator_address",
     "NEXT_FLAGS", "SUPPORTED_JAX", "CustomJVPTraced", "CustomVJPTraced", "RematTraced", "Scan3",
     "eval_jaxpr_p", "hi_bind", "hi_call_jaxpr", "hi_params", "hi_primal_args", "jax_description",
     "next_flags", "primitive_name", "rule_key", "sub_jaxprs",

@@ -103,9 +103,7 @@ def detect_cluster(kind: str = "auto", *, timeout_s: int = 300) -> Cluster | Non
 def _read(kind: str, env: Any, timeout_s: int) -> Cluster:
     port = os.environ.get("JAX_COORDINATOR_PORT") or None
     try:
-        address = env.get_coordinator_address(
-            timeout_secs=timeout_s, override_coordinator_port=port
-        )
+        address = compat.coordinator_address(env, timeout_s, port)
         count = int(env.get_process_count())
         index = int(env.get_process_id())
     except (RuntimeError, KeyError, ValueError, OSError) as err:  # e.g. a pod JAX may not read

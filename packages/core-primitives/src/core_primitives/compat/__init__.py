@@ -17,6 +17,7 @@ from ._backend import unrolled_threefry_on_cpu as unrolled_threefry_on_cpu
 from ._backend import xla_cpu_remats_unrolled_layers as xla_cpu_remats_unrolled_layers
 from ._backend import xla_cpu_xnn_fusion_supported as xla_cpu_xnn_fusion_supported
 from ._clusters import cluster_environments as cluster_environments
+from ._clusters import coordinator_address as coordinator_address
 from ._effects import make_effect as make_effect
 from ._effects import make_ordered_effect as make_ordered_effect
 from ._effects import register_ordered_callback_lowering as register_ordered_callback_lowering
