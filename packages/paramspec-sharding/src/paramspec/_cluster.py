@@ -82,12 +82,13 @@ def detect_cluster(kind: str = "auto", *, timeout_s: int = 300) -> Cluster | Non
         )
     if kind == "none":
         return None
-    if kind in ("auto", "slurm"):
-        _check_slurm(strict=kind == "slurm")
+    slurm_job = kind in ("auto", "slurm") and _check_slurm(strict=kind == "slurm")
     environments = compat.cluster_environments()
     for name in environments if kind == "auto" else (kind,):
         if kind == "auto" and name == "k8s" and "JOB_COMPLETION_INDEX" not in os.environ:
             continue  # every pod (a notebook's too) is in Kubernetes; an indexed Job's is a job
+        if name == "slurm" and not slurm_job:
+            continue  # a one-task allocation (JAX 0.7 takes SLURM_JOB_ID alone for a job)
         for env in environments[name]:
             if env.is_env_present():
                 return _read(name, env, timeout_s)
@@ -132,8 +133,9 @@ def _job(kind: str, index: int) -> str:
     return f"TPU pod worker {index}"
 
 
-def _check_slurm(*, strict: bool) -> None:
-    """Refuse a SLURM environment that names a multi-task job but cannot start it."""
+def _check_slurm(*, strict: bool) -> bool:
+    """Whether every SLURM variable of a job's task is set; refuse a SLURM environment that names
+    a multi-task job but cannot start it (any incomplete one when ``strict``)."""
     names = CLUSTER_VARIABLES["slurm"]
     given = {v: os.environ[v] for v in names if v in os.environ}
     for var in ("SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID"):
@@ -144,7 +146,7 @@ def _check_slurm(*, strict: bool) -> None:
             )
     missing = [v for v in names if v not in given]
     if not missing or not given:
-        return
+        return not missing
     tasks = int(given.get("SLURM_NTASKS", "1"))
     if strict or tasks > 1 or given.get("SLURM_PROCID", "0") != "0":
         shown = ", ".join(f"{v}={given[v]}" for v in given) or "none of them"
@@ -154,3 +156,4 @@ def _check_slurm(*, strict: bool) -> None:
             "(`srun python train.py` inside sbatch), or set JAX_COORDINATOR_ADDRESS, "
             "JAX_NUM_PROCESSES and JAX_PROCESS_ID yourself."
         )
+    return False
