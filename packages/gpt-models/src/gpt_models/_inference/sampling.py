@@ -56,10 +56,14 @@ class Sampling:
         )
 
 
+# The run's own [sample] settings, nothing changed: the default of the functions below.
+PLAIN = Sampling()
+
+
 def sample_text(
     params: Any,
     cfg: Config,
-    sampling: Sampling = Sampling(),
+    sampling: Sampling = PLAIN,
     *,
     tokenizer: Tokenizer | None = None,
     chat: ChatFormat | None = None,
@@ -91,7 +95,7 @@ def end_of_run_sample(
 def sample_reply(
     params: Any,
     cfg: Config,
-    sampling: Sampling = Sampling(),
+    sampling: Sampling = PLAIN,
     *,
     tokenizer: Tokenizer | None = None,
     chat: ChatFormat | None = None,

@@ -31,7 +31,8 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
         if sig == signal.SIGTERM:  # a stop asked for, not a death: drain, then exit 0
-            self._captured_signals = [s for s in self._captured_signals if s != signal.SIGTERM]
+            captured: list[int] = getattr(self, "_captured_signals", [])
+            self._captured_signals = [s for s in captured if s != signal.SIGTERM]
 
 
 def serve(service: Service, host: str, port: int, drain_s: float, log: TextIO, what: str) -> None:
