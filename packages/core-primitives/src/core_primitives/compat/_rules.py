@@ -19,7 +19,9 @@ from ._jaxpr import cond_p, is_literal, while_p
 
 _remat3: Any = None
 try:  # 0.10+: the remat transform of jax_remat3 (jax.checkpoint as a hijax primitive)
-    from jax._src.interpreters import remat as _remat3_module  # type: ignore[attr-defined,unused-ignore]
+    from jax._src.interpreters import (  # type: ignore[attr-defined,unused-ignore]
+        remat as _remat3_module,
+    )
 
     _remat3 = _remat3_module
 except ImportError:  # pragma: no cover - JAX 0.7.2 .. 0.9
