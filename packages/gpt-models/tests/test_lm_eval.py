@@ -273,7 +273,11 @@ def test_lm_evals_own_output_goes_to_the_runs_log_not_the_terminal(trained, hell
                                  delimiter=" ").partition("metric_list:")[0]  # fmt: skip
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "hs_bare.yaml").write_text(yaml + "metric_list:\n  - metric: acc\n")
-    monkeypatch.chdir(tmp_path)  # not a git checkout: git describe fails, as for most users
+    # Not a git checkout, as for most users, so lm-eval's git describe fails: also where pytest's
+    # temporary folder lies inside one (nox puts it under .nox/ of this repository).
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    monkeypatch.delenv("GIT_DIR", raising=False)
     log = run / "evals" / "lm-eval" / "lm-eval.log"
     log.unlink(missing_ok=True)
     flags = ["--lm-eval", "hs_bare", "--include-path", str(tmp_path / "tasks")]
