@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import nox
 
 ROOT = Path(__file__).resolve().parent.parent
-PYTEST = ["pytest", "-q", "--timeout=900", "-p", "no:cacheprovider"]
+PYTEST = ["pytest", "-q", "--timeout=900", "-p", "no:cacheprovider", "--durations=15"]
 ENV = {
     "WANDB_MODE": "disabled",
     "JAX_PLATFORMS": "cpu",
