@@ -1,6 +1,8 @@
 """Two local CPU processes (2 devices each, a 4-device global mesh) started the way SLURM starts
 tasks, with no distributed flags, find each other by JAX's cluster detection and train like one
 4-device process; their checkpoint resumes on one process with 2 devices and another mesh shape.
+Two processes started as Open MPI's mpirun starts ranks find each other too, and refuse a mesh
+their devices cannot fill.
 
 Workers are subprocesses, waited on while they make progress (the root conftest's ``patience``): a
 ``jax.distributed`` peer that never arrives would otherwise hang (and abort) the test process.
@@ -41,19 +43,21 @@ def _set_patience(patience):
     _patience = patience
 
 
-def _env(devices: int, slurm: dict[str, str]) -> dict[str, str]:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled", **slurm}
+def _env(devices: int, scheduler: dict[str, str]) -> dict[str, str]:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled", **scheduler}
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
         env.pop(var, None)
-    if not slurm:
-        env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}
+    if not scheduler:
+        env = {k: v for k, v in env.items() if not k.startswith(("SLURM_", "OMPI_"))}
     return env
 
 
-def _start(args: list[str], devices: int, slurm: dict[str, str] | None = None) -> subprocess.Popen:
+def _start(
+    args: list[str], devices: int, scheduler: dict[str, str] | None = None
+) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", WORKER, *args], env=_env(devices, slurm or {}), text=True,
+        [sys.executable, "-c", WORKER, *args], env=_env(devices, scheduler or {}), text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
 
@@ -93,6 +97,7 @@ def test_slurm_tasks_match_one_process_and_resume_on_fewer_devices(tmp_path, fre
     assert one_losses.shape == (STEPS,)
     print("one process, 4 devices:", one_losses.tolist())
     print("two SLURM tasks x 2 devices:", two_losses.tolist())
+    print("max |two tasks - one process|:", np.abs(two_losses - one_losses).max())
     np.testing.assert_allclose(two_losses, one_losses, rtol=0, atol=1e-5)
     assert (tmp_path / "two" / "sample.txt").exists()
 
@@ -102,4 +107,31 @@ def test_slurm_tasks_match_one_process_and_resume_on_fewer_devices(tmp_path, fre
     _finish([_start(resume, devices=2)])
     resumed = _losses(tmp_path / "two")[STEPS:]
     print("resumed on 1 process x 2 devices:", resumed.tolist())
+    print("max |resumed - uninterrupted|:", np.abs(resumed - one_losses[2:]).max())
     np.testing.assert_allclose(resumed, one_losses[2:], rtol=0, atol=1e-4)
+
+
+def _open_mpi_task(i: int, port: int) -> dict[str, str]:
+    # What Open MPI 4's mpirun sets in rank i of a 2-process job on one host.
+    return {
+        "OMPI_MCA_orte_hnp_uri": "1531576320.0;tcp://127.0.0.1:34911", "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_RANK": str(i), "OMPI_COMM_WORLD_LOCAL_RANK": str(i),
+        "JAX_COORDINATOR_PORT": str(port),
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_open_mpi_ranks_too_few_for_the_mesh_are_refused_in_one_line(tmp_path, free_ports):
+    # Two mpirun ranks of 2 devices each find each other (Open MPI's variables, no flags), then,
+    # asked for a mesh of 8, each refuses in one line naming the job's devices (exit 2), before
+    # the run folder is made.
+    (port,) = free_ports(1)
+    args = ["train", "--out", str(tmp_path), "--name", "bad", *ARGS[:-2], "--mesh", "data=8"]
+    pair = [_start(args, 2, _open_mpi_task(i, port)) for i in range(2)]
+    outputs = _patience.communicate(pair, peers=True)
+    for i, (p, (_, err)) in enumerate(zip(pair, outputs)):
+        assert f"process {i} of 2 (Open MPI job 1531576320.0, coordinator 127.0.0.1:{port})" in err
+        lines = [line for line in err.splitlines() if line.startswith("gpt: error:")]
+        assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+        assert "needs 8 devices, but 4 are available (2 processes x 2 cpu devices)" in lines[0]
+    assert not (tmp_path / "bad").exists()

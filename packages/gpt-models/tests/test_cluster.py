@@ -1,10 +1,11 @@
 """``gpt train`` on a cluster: ``--cluster`` detection refusals, the one-line refusal of a mesh that
-cannot shard the model, and the recipes of examples/cluster/ (the Kubernetes manifest's fields
-read from its YAML, every ``gpt`` command of the scripts parsed by the ``gpt`` parser).
+cannot shard the model (a new run, or a checkpoint resumed on another mesh), and the recipes of
+examples/cluster/ (the Kubernetes manifest's fields read from its YAML, every ``gpt`` command of
+the scripts parsed by the ``gpt`` parser).
 
 The detection itself (SLURM and Open MPI variables) is tested in paramspec; two SLURM tasks that
-find each other and train, and their checkpoint resumed on fewer devices, in
-integration_tests/test_gpt_distributed.py.
+find each other and train, their checkpoint resumed on fewer devices, and two Open MPI ranks
+refusing a mesh their devices cannot fill, in integration_tests/test_gpt_distributed.py.
 """
 
 import re
@@ -86,6 +87,27 @@ def test_a_mesh_that_cannot_shard_the_model_is_one_line_with_meshes_that_fit(
     assert "(first: gpt/model/" in line and "not divisible by 8" in line
     assert re.search(r"shapes that fit these 8 devices: --mesh data=\d,fsdp=\d,tensor=\d", line)
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.min_devices(8, why="a tensor=8 mesh that the devices fit but 2 heads cannot")
+def test_resuming_on_a_mesh_that_cannot_hold_the_checkpoint_is_one_line_and_keeps_it(
+    tmp_path, capsys, small_args, no_scheduler
+):
+    # A job preempted and brought back with a mesh that cannot shard the checkpoint's parameters:
+    # refused before the checkpoint is read (exit 2), the run's files as they were.
+    run = tmp_path / "run"
+    three_steps = ["--set", "train.steps=3"]
+    assert main(["train", "--out", str(tmp_path), "--name", "run", *small_args, *three_steps]) == 0
+    capsys.readouterr()
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+    assert any("checkpoints" in p.relative_to(run).parts for p in before)
+    assert main(["train", "--resume", str(run), "--mesh", "data=1,tensor=8"]) == 2
+    line = _one_line_error(capsys)
+    assert line.startswith(
+        "gpt: error: Impossible mesh for this model: --mesh data=1,fsdp=1,tensor=8 cannot shard "
+    )
+    assert "shapes that fit these 8 devices: --mesh " in line
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()} == before
 
 
 def _commands(text: str) -> list[list[str]]:
