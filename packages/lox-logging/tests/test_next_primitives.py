@@ -181,6 +181,16 @@ def test_scan3_without_used_outputs_keeps_its_carry_and_tapped_sites(scan3):
     assert _tapped(_carry_only, XS)["c"].tolist() == [0.0, 0.5, -0.5]
 
 
+@pytest.mark.xfail(
+    strict=True, reason="JAX 0.12.0: tap compiles f, and jit drops the Scan3 (no jit of our own)"
+)
+def test_scan3_without_used_outputs_keeps_tapped_sites_without_a_jit(scan3):
+    seen = []  # tap alone, no jit around it: docs/lox.md says it is hit all the same
+    jax.block_until_ready(lox.tap(_carry_only, seen.append)(XS))
+    jax.effects_barrier()
+    assert [s["c"].tolist() for s in seen] == [[0.0], [0.5], [-0.5]]
+
+
 @pytest.mark.xfail(strict=True, reason="JAX 0.12.0: Scan3 ignores reverse=True")
 def test_scan3_reverse_runs_backwards(scan3):
     _, ys = lax.scan(lambda c, x: (c + x, c), 0.0, XS, reverse=True)
