@@ -50,6 +50,19 @@ def test_the_restarted_process_does_not_restart_again_and_hands_children_a_clean
     assert launcher.settle_after_restart(env) is False
 
 
+def test_the_restart_is_decided_without_importing_jax(patience):
+    # Importing JAX only to learn that it had not started took seconds that the restarted process
+    # spent again, and a Ctrl-C in that import waited for its end (issue 52, item 1).
+    code = (
+        "import sys; from gpt_models._cli import launcher; "
+        "print(launcher._cpu_only(), 'jax' in sys.modules)"
+    )
+    env = os.environ | {"JAX_PLATFORMS": "cpu"}
+    proc = patience.run([sys.executable, "-c", code], env=env, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "False"]
+
+
 def test_a_bad_off_switch_is_one_line_naming_it(patience):
     with pytest.raises(ValueError, match=r"GPT_CPU_RESTART='yes': expected 0 .* or 1 "):
         _decide({"GPT_CPU_RESTART": "yes"})

@@ -115,12 +115,11 @@ def restart_if_useful(command: str) -> None:
 
 
 def _cpu_only() -> bool:
-    """Whether JAX can start only its CPU backend, and has not started it yet."""
-    from core_primitives import compat
+    """Whether JAX can start only its CPU backend, and has not started it yet (asked without
+    importing JAX: the restarted process imports it once)."""
+    from .._compute.host_memory import backends_started, cpu_backend_only
 
-    from .._compute.host_memory import cpu_backend_only
-
-    return not compat.backends_initialized() and cpu_backend_only()
+    return not backends_started() and cpu_backend_only()
 
 
 def settle_after_restart(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
