@@ -61,3 +61,18 @@ def test_no_source_module_over_500_lines():
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > LONGEST
     }
     assert long == {}, f"modules over {LONGEST} lines (split each by concern): {long}"
+
+
+WIDEST = 100
+
+
+def test_no_line_over_100_columns_outside_data_tables():
+    # ruff's E501 passes a long line that ends in a pragma (a type-ignore or a noqa comment):
+    # those count here too. Only the `# fmt: skip` data tables may be wider.
+    wide = [
+        f"{path.relative_to(ROOT)}:{n} ({len(line)} columns)"
+        for path in sorted(ROOT.glob("packages/*/src/**/*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if len(line) > WIDEST and not line.rstrip().endswith(MARK)
+    ]
+    assert wide == [], f"lines over {WIDEST} columns (wrap them; a pragma is no exemption): {wide}"

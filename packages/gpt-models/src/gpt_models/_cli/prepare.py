@@ -170,10 +170,11 @@ def _tokenizer_file(tokenizer: str) -> str:
 def _say_end_of_turn(chat: dict[str, object]) -> None:
     """Which token ends an assistant turn, where ``gpt sample`` and an export stop (or why none)."""
     ids = chat["end_of_turn_ids"]
+    assert isinstance(ids, list)
     if not ids:
         print(f"note: {chat['note']}", file=sys.stderr)
         return
     print(
         f"Chat template: {chat['template_file']}; an assistant turn ends with "
-        f"{chat['end_of_turn_text']!r} (id {ids[0]}), where gpt sample and exported models stop."  # type: ignore[index]
+        f"{chat['end_of_turn_text']!r} (id {ids[0]}), where gpt sample and exported models stop."
     )

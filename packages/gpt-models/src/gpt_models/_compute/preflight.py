@@ -144,8 +144,9 @@ class Plan:
 
     @property
     def fits(self) -> bool:
-        known = self.memory is not None and self.budget.per_device is not None
-        return not known or self.memory.per_device <= self.budget.per_device  # type: ignore[union-attr,operator]
+        if self.memory is None or self.budget.per_device is None:
+            return True  # nothing to compare: no measurement, or no known budget
+        return self.memory.per_device <= self.budget.per_device
 
     def describe(self) -> str:
         """The plan as the commands' ``--dry-run`` prints it."""
@@ -283,8 +284,9 @@ def check_fits(plan: Plan) -> None:
 def refusal(plan: Plan) -> str:
     """The message for a plan that does not fit: both numbers and the setting that fits."""
     mem, have = plan.memory, plan.budget.per_device
+    assert mem is not None and have is not None, "refusal() of a plan that was not measured"
     backend = jax.default_backend()
-    if mem.training:  # type: ignore[union-attr]
+    if mem.training:
         subject, per, where = (
             "This run",
             " per device",
@@ -294,8 +296,8 @@ def refusal(plan: Plan) -> str:
         subject, per, where = plan.command, "", f"the {backend} device it runs on"
     return (
         f"{subject} does not fit in memory: its {plan.program} needs "
-        f"{size(mem.per_device)}{per} and {where} has {size(have)} ({plan.budget.source}). "  # type: ignore[union-attr]
-        f"{plan.untouched} {advice(plan, have)}"  # type: ignore[arg-type]
+        f"{size(mem.per_device)}{per} and {where} has {size(have)} ({plan.budget.source}). "
+        f"{plan.untouched} {advice(plan, have)}"
     )
 
 

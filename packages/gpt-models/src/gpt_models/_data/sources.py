@@ -318,7 +318,8 @@ def _open_binary(path: Path) -> IO[bytes]:
     if suffix == ".zst":
         zstandard = _extra("zstandard", "zstd", path)
         raw = path.open("rb")
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))  # type: ignore[no-any-return]
+        stream: io.RawIOBase = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
+        return io.BufferedReader(stream)
     return path.open("rb")
 
 

@@ -120,11 +120,13 @@ class ConfigReader:
 
     def flag(self, key: str, default: bool) -> bool:
         """``true`` or ``false``."""
-        return self._read(key, default, lambda v: isinstance(v, bool), "true or false")  # type: ignore[no-any-return]
+        value: bool = self._read(key, default, lambda v: isinstance(v, bool), "true or false")
+        return value
 
     def text(self, key: str, default: str) -> str:
         """A string."""
-        return self._read(key, default, lambda v: isinstance(v, str), "a string")  # type: ignore[no-any-return]
+        value: str = self._read(key, default, lambda v: isinstance(v, str), "a string")
+        return value
 
     def check(self) -> None:
         """Refuse the file if any read found a missing or mistyped value; name them all."""
