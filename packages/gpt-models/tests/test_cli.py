@@ -21,6 +21,12 @@ def test_train_eval_sample_and_bit_exact_resume(tmp_path, capsys, gpt_train, dro
     run = tmp_path / "run"
     out = capsys.readouterr()
     assert "--- sample ---" in out.out and "val loss" in out.out
+    # Each loss of the final line with its unit (the train loss had none beside val's nats/byte).
+    assert re.search(
+        r"Done in [\d.]+ min: step 6, train loss \d+\.\d{4} nats/token, val loss \d+\.\d{4} "
+        r"nats/byte, ",
+        out.out,
+    ), out.out
     for name in ("config.toml", "loss.png", "sample.txt", "metrics/run_0"):
         assert (run / name).exists(), name
     assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [
@@ -114,6 +120,9 @@ def test_sample_and_eval_refuse_keys_fixed_by_the_run(tmp_path, capsys, command,
         (["--mesh", "dat=2"], "--mesh expects comma-separated AXIS=SIZE"),
         (["--name", "../escape"], "Run name '../escape' is not a plain folder name"),
         (["--set", "model.d_model"], "--set expects KEY=VALUE, got 'model.d_model'"),
+        (["--init-from", "/runs/a", "--set", "init.source=/runs/b"],  # it started from B
+         "gpt train got --init-from /runs/a and --set init.source=/runs/b: both name the weights "
+         "to start from. Pass one of them"),
     ],
 )  # fmt: skip
 def test_user_errors_exit_2_with_a_message(tmp_path, capsys, small_args, args, message):
