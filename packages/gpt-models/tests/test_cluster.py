@@ -1,5 +1,6 @@
 """``gpt train`` on a cluster: ``--cluster`` detection refusals, the one-line refusal of a mesh that
-cannot shard the model (a new run, or a checkpoint resumed on another mesh), and the recipes of
+cannot shard the model (a new run, or a checkpoint resumed on another mesh), store, mixture and
+SFT checkpoints resumed on another mesh shape with the same losses, and the recipes of
 examples/cluster/ (the Kubernetes manifest's fields read from its YAML, every ``gpt`` command of
 the scripts parsed by the ``gpt`` parser).
 
@@ -8,8 +9,11 @@ find each other and train, their checkpoint resumed on fewer devices, and two Op
 refusing a mesh their devices cannot fill, in integration_tests/test_gpt_distributed.py.
 """
 
+import csv
+import json
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -168,3 +172,58 @@ def test_kubernetes_recipe_is_an_indexed_jobset_that_may_read_its_pods():
     readable = {(r, v) for rule in docs["Role"]["rules"] for r in rule["resources"]
                 for v in rule["verbs"]}  # fmt: skip
     assert {("pods", "list"), ("jobs", "get"), ("services", "list")} <= readable
+
+
+def _data_flags(kind: str, folder: Path) -> list[str]:
+    """``--set`` flags of a run on ``kind`` data: a text store, a mixture of two texts, or chat
+    examples (SFT: packed rows with a loss mask)."""
+    prose = folder / "prose.txt"
+    prose.write_text("the quick brown fox jumps over the lazy dog. " * 300)
+    if kind == "mixture":
+        digits = folder / "digits.txt"
+        digits.write_text("0123456789 " * 600)
+        tables = f'{{path = "{prose}", weight = 0.8}}, {{path = "{digits}", weight = 0.2}}'
+        return ["--set", f"data.sources=[{tables}]"]
+    source = folder / "docs.jsonl"  # documents, one a line: a store has train and val splits
+    source.write_text(
+        "".join(json.dumps({"text": f"{i}: the lazy dog. " * 20}) + "\n" for i in range(60))
+    )
+    if kind == "sft":
+        source = folder / "chat.jsonl"
+        chats = [
+            [{"role": "user", "content": f"What is {i} plus two?"},
+             {"role": "assistant", "content": f"It is {i + 2}."}]
+            for i in range(120)
+        ]  # fmt: skip
+        source.write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats))
+    store = folder / "store"
+    assert main(["prepare", str(source), "--out", str(store), "--val-fraction", "0.2"]) == 0
+    rows = ["--set", "model.seq_len=64"] if kind == "sft" else []  # an example is 52+ tokens
+    return ["--set", f"data.path={store}", *rows]
+
+
+@pytest.mark.slow
+@pytest.mark.min_devices(8, why="a checkpoint of 8 data shards resumed on data=2,fsdp=2,tensor=2")
+@pytest.mark.parametrize("kind", ["store", "mixture", "sft"])
+def test_a_checkpoint_resumes_on_another_mesh_with_the_losses_of_the_whole_run(
+    tmp_path, small_args, no_scheduler, kind
+):
+    # A job preempted after its step-3 checkpoint comes back on another mesh shape: orbax restores
+    # into the new shardings, and each batch is a function of (seed, step) alone.
+    flags = [*small_args, *_data_flags(kind, tmp_path)]
+    assert main(["train", "--out", str(tmp_path), "--name", "whole", *flags]) == 0  # mesh data=8
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    for gone in ("checkpoints/6", "metrics", "metrics.csv"):
+        shutil.rmtree(cut / gone) if (cut / gone).is_dir() else (cut / gone).unlink()
+    assert main(["train", "--resume", str(cut), "--mesh", "data=2,fsdp=2,tensor=2"]) == 0
+
+    def losses(run: Path) -> dict[int, float]:
+        with open(run / "metrics.csv", newline="") as f:
+            return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(f) if r["loss"]}
+
+    resumed, reference = losses(cut), losses(whole)
+    assert sorted(resumed) == sorted(reference)[3:]  # steps 4-6 (rows 3-5 of metrics.csv)
+    diff = max(abs(resumed[s] - reference[s]) for s in resumed)
+    print(f"{kind}: steps 4-6 resumed on data=2,fsdp=2,tensor=2, max |difference| {diff:.2e}")
+    assert diff <= 1e-4
