@@ -129,10 +129,10 @@ def main() -> None:
 
 The `tiny` preset's shape ({shape}; Llama-style: RoPE, RMSNorm,
 SwiGLU), random weights, served by `gpt serve --max-batch 16`; each request is a {len(PROMPT)}-token
-prompt and {args.new} new tokens (`ignore_eos`). Each row sends {args.requests} requests from as many
-client threads as its first column says (the official `openai` client; each thread sends its next
-request when its last one is answered), after one warm-up request. Tokens/s: completion tokens
-over the row's wall time; latency: one request, end to end. Machine load average (1 min): {load}.
+prompt and {args.new} new tokens (`ignore_eos`). Each row sends {args.requests} requests from as
+many client threads as its first column says (the official `openai` client; each thread sends its
+next request when its last one is answered), after one warm-up request. Tokens/s: completion
+tokens over the row's wall time; latency: one request, end to end. Machine load average (1 min): {load}.
 
 | concurrent clients | tokens/s | vs sequential | p50 latency (s) | p95 latency (s) |
 |---|---|---|---|---|
