@@ -1,7 +1,12 @@
 """BPE tokenizer: trained locally, stored as JSON, used by train, sample, eval and resume."""
 
+import ctypes
 import json
 import math
+import os
+import platform
+import signal
+import threading
 
 import numpy as np
 import pytest
@@ -22,6 +27,44 @@ def test_bpe_round_trips_any_text_with_fewer_tokens_than_bytes(tok):
         assert tok.decode(tok.encode(text)) == text
     assert len(tok.encode(TEXT)) < len(TEXT.encode()) / 2
     assert tok.encode("fox").dtype == np.int32
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="a glibc pthread mutex stands in for Rust")
+def test_ctrl_c_stops_bpe_training_at_once(monkeypatch):
+    # tokenizers learns its merges in Rust, where Python runs no signal handler until it returns:
+    # gpt prepare --tokenizer bpe went on for 25 s after a Ctrl-C (issue 52, item 14). The Rust
+    # call is played by a C call that ignores signals: a pthread mutex that a helper holds.
+    import tokenizers
+
+    libc, mutex = ctypes.CDLL(None), ctypes.create_string_buffer(64)  # zeros: an unlocked mutex
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        libc.pthread_mutex_lock(mutex)
+        held.set()
+        release.wait(60)  # the old code waited this long, then raised
+        held.clear()
+        libc.pthread_mutex_unlock(mutex)
+
+    def rust(self, texts, trainer):
+        list(texts)
+        libc.pthread_mutex_lock(mutex)  # blocks in C, the GIL released, as the trainer does
+        libc.pthread_mutex_unlock(mutex)
+
+    helper = threading.Thread(target=hold, daemon=True)
+    helper.start()
+    held.wait()
+    monkeypatch.setattr(tokenizers.Tokenizer, "train_from_iterator", rust)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started ignored
+    try:
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            BPETokenizer.train([TEXT], vocab_size=300)
+        assert held.is_set()  # raised while the "trainer" was still working
+    finally:
+        signal.signal(signal.SIGINT, before)
+        release.set()
+        helper.join()
 
 
 def test_bpe_saves_plain_json_and_loads_the_same_tokenizer(tok, tmp_path):
