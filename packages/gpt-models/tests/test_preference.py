@@ -1,16 +1,19 @@
 """Preference tuning end to end: gpt prepare of prompt/chosen/rejected JSONL (both of TRL's shapes),
 its bad lines, the [preference] section's refusals, and DPO runs: the first step's loss is ln 2,
 TRL's metrics reach metrics.csv and gpt eval, a resumed run continues bit for bit, a precomputed
-reference gives the losses of one computed in the step, LoRA's reference is its adapters off.
+reference gives the losses of one computed in the step, LoRA's reference is its adapters off;
+a pair longer than a row is left out and counted; a tuned run exports merged or as an adapter.
 """
 
 import csv
 import dataclasses
 import json
 import math
+import re
 import shutil
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -21,6 +24,8 @@ from gpt_models import (
     DataError,
     UsageError,
     export_hf,
+    forward,
+    import_hf,
     init_params,
     load_run,
     main,
@@ -41,6 +46,7 @@ CHATS = [
     }
     for i in range(20)
 ]
+LONG = {"prompt": "9" * 40 + "=", "chosen": "1", "rejected": "2"}
 METRICS = [
     "rewards/chosen",
     "rewards/rejected",
@@ -133,7 +139,8 @@ def base_and_store(tmp_path_factory):
     store of pairs."""
     tmp = tmp_path_factory.mktemp("pref")
     store = tmp / "store"
-    prepare([_jsonl(tmp / "p.jsonl", PAIRS)], store, val_fraction=0.2)
+    # One pair longer than a row of seq_len + 1 = 33 ids: left out and counted, never cut.
+    prepare([_jsonl(tmp / "p.jsonl", [*PAIRS, LONG])], store, val_fraction=0.2)
     shape = {"seq_len": 32, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1,
              "d_ff": 64, "vocab_size": 256}  # fmt: skip
     model = dataclasses.replace(PRESETS["llama-tiny"].model, **shape)
@@ -155,6 +162,12 @@ def test_a_dpo_run_starts_at_ln2_logs_trl_metrics_and_resumes_bit_for_bit(
     base, store = base_and_store
     args = ["train", "--out", str(tmp_path), "--init-from", str(base)]
     assert main([*args, "--name", "dpo", *_dpo_flags(store)]) == 0
+    assert re.search(
+        r"note: 1 of the \d+ preference pairs of the (train|val) split of .* have prompt plus "
+        r"answer longer than model\.seq_len \+ 1 = 33 tokens and are left out \(the longest has "
+        r"43; examples are never cut\)\.",
+        capsys.readouterr().err,
+    )
     run = tmp_path / "dpo"
     logs = lox.load(run / "metrics" / "run_0")
     loss = [float(x) for x in logs["loss"]]
@@ -178,6 +191,12 @@ def test_a_dpo_run_starts_at_ln2_logs_trl_metrics_and_resumes_bit_for_bit(
     shutil.rmtree(run / "checkpoints" / "4")
     assert main(["train", "--resume", str(run)]) == 0
     jax.tree.map(np.testing.assert_array_equal, load_run(run)[1], final)
+    # The tuned policy exports as any run: the folder imports back to its weights.
+    assert main(["export", str(run), str(tmp_path / "hf")]) == 0
+    (back_cfg, back), tokens = import_hf(tmp_path / "hf"), jnp.arange(20)[None] % 17
+    np.testing.assert_allclose(
+        forward(back, tokens, back_cfg), forward(final, tokens, load_run(run)[0]), atol=1e-5
+    )
 
 
 def test_lora_compares_with_its_adapters_off_in_the_step_or_precomputed(tmp_path, base_and_store):
@@ -192,6 +211,9 @@ def test_lora_compares_with_its_adapters_off_in_the_step_or_precomputed(tmp_path
     assert losses[0][0] == pytest.approx(math.log(2), abs=1e-6) and losses[0][1] != losses[0][0]
     # The reference precomputed in one pass: the losses of the reference in the step.
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+    # The tuned adapters export alone, as a PEFT adapter folder.
+    assert main(["export", str(tmp_path / "lora"), str(tmp_path / "ad"), "--adapter"]) == 0
+    assert (tmp_path / "ad" / "adapter_model.safetensors").is_file()
 
 
 def test_preference_runs_without_their_data_or_reference_are_refused_in_one_line(
