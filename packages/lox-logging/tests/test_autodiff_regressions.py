@@ -69,6 +69,11 @@ def _scan_cond_jit(xs):
     return jax.lax.scan(body, 0.0, xs)[0]
 
 
+@pytest.mark.next_flag_gap(
+    "jax_scan3",
+    "JAX 0.12.0's jit drops a Scan3 whose stacked outputs are unused, sites and all (tap "
+    "compiles f; the scan here has a carry only)",
+)
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize("names", [None, ["a", "d"], ["b", "d"]])
 def test_tap_keeps_program_order_through_cond_and_inner_jit(jit, names):

@@ -27,6 +27,11 @@ def _independent_sites(x):
     return jax.lax.scan(body, x, jnp.arange(3))[0]
 
 
+@pytest.mark.next_flag_gap(
+    "jax_scan3",
+    "JAX 0.12.0's jit drops a Scan3 whose stacked outputs are unused, sites and all (tap "
+    "compiles f; the scan here has a carry only)",
+)
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize(
     "filters", [{}, {"tags": "t"}, {"names": ["a", "b", "d"]}], ids=["all", "tags", "names"]
