@@ -198,19 +198,15 @@ FLOORS_TESTS = {
     ],
 }
 CI_MODULES = ["check_floors", "release_check", "check_api_docs", "nox_helpers"]  # with doctests
-# `next_primitives`: JAX's opt-in flags for its next ("hijax") primitives, each with the keywords
-# (`pytest -k`) of the tests of what it changes among NEXT_FLAG_SUITES: the interpreter, lox's
-# transformation suites and a blox sample. A flag JAX adds is one entry here and one name in
-# core_primitives.compat.NEXT_FLAGS (the session fails when the two disagree). Where JAX does
-# not implement a transformation of a new primitive, the root conftest reports JAX's own
-# NotImplementedError as an expected failure; tests of programs JAX computes wrongly under a
-# flag carry `next_flag_gap` (strict xfails).
-NEXT_FLAGS = {
-    "jax_scan3": "scan or fori or nested",
-    "jax_remat3": "checkpoint or remat or nested",
-    "jax_custom_vjp3": "custom or nested",
-    "jax_custom_jvp3": "custom or nested",
-}
+# `next_primitives`: JAX's opt-in flags for its next ("hijax") primitives. Each flag runs the
+# whole of NEXT_FLAG_SUITES once: the interpreter, lox's transformation suites and blox's scanned
+# layers (the files whose programs the flags change; the rest of the core, lox and blox suites
+# build no scan, remat or custom derivative, and `tests` runs them). A flag JAX adds is one entry
+# here and one name in core_primitives.compat.NEXT_FLAGS (the session fails when the two
+# disagree). Where JAX does not implement a transformation of a new primitive, the root conftest
+# reports JAX's own NotImplementedError as an expected failure; tests of programs JAX computes
+# wrongly under a flag carry `next_flag_gap` (strict xfails).
+NEXT_FLAGS = ["jax_scan3", "jax_remat3", "jax_custom_vjp3", "jax_custom_jvp3"]
 NEXT_FLAG_SUITES = [
     "packages/core-primitives/tests/test_interpreter.py",
     "packages/lox-logging/tests/test_transforms.py",
@@ -258,9 +254,9 @@ def next_primitives(session: nox.Session) -> None:
             f"core_primitives.compat.NEXT_FLAGS is {compat_flags}, the noxfile's NEXT_FLAGS "
             f"{list(NEXT_FLAGS)}: give both the same flags, in the same order"
         )
-    for flag, keywords in NEXT_FLAGS.items():
+    for flag in NEXT_FLAGS:
         env = {**h.ENV, "JAX_NEXT_FLAGS": flag}
-        args = [*h.PYTEST, *h.workers(), *NEXT_FLAG_SUITES, "-k", keywords, *session.posargs]
+        args = [*h.PYTEST, *h.workers(), *NEXT_FLAG_SUITES, *session.posargs]
         session.run(py, "-m", *args, env=env, external=True)
 
 
