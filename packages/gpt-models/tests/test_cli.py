@@ -300,6 +300,22 @@ def test_help_and_version_do_not_import_jax(argv):
     assert done.stdout.strip(), "printed nothing"
 
 
+def test_prepare_loads_no_jax(tmp_path):
+    # Each command imports its own module only: gpt prepare needs none of the training code.
+    for i in range(40):
+        (tmp_path / "docs" / f"{i}.txt").parent.mkdir(exist_ok=True)
+        (tmp_path / "docs" / f"{i}.txt").write_text(f"document {i}\n")
+    code = (
+        "import sys\nfrom gpt_models import main\n"
+        "assert main(['prepare', sys.argv[1], '--out', sys.argv[2], '--val-fraction', '0.2']) == 0\n"
+        "assert 'jax' not in sys.modules, sorted(m for m in sys.modules if m.startswith('jax'))[:5]"
+    )
+    args = [str(tmp_path / "docs"), str(tmp_path / "store")]
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "store").is_dir()
+
+
 def test_public_names_load_on_first_use():
     code = (
         "import sys, gpt_models\nassert 'jax' not in sys.modules\n"
