@@ -139,3 +139,23 @@ def test_ctrl_c_at_start_stops_gpt_train_within_seconds(tmp_path, patience, seco
             cwd=tmp_path, text=True,
         )  # fmt: skip
         assert again.returncode == 0, again.stderr
+
+
+def test_ctrl_c_while_the_command_loads_ends_the_program_at_once(tmp_path, patience):
+    # An import that takes long (JAX's and orbax's do under load): the Ctrl-C that lands in it ends
+    # the program at once, as nothing of the command has started; elsewhere it waits for the import.
+    (tmp_path / "slow_module.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(120)\n"
+    )
+    code = (
+        "import sys\nsys.path.insert(0, sys.argv[1])\n"
+        "from gpt_models.internal import launcher\nlauncher.stop_on_first_interrupt()\n"
+        "with launcher.loading_the_command():\n    import slow_module\nprint('imported')\n"
+    )
+    started = time.monotonic()
+    done = patience.run([sys.executable, "-c", code, str(tmp_path)], text=True)
+    took = time.monotonic() - started
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "gpt: interrupted (Ctrl-C); stopped before finishing."
+    assert "imported" not in done.stdout
+    assert took < 100  # not the import's 120 s (the interpreter's start-up alone takes seconds)

@@ -17,7 +17,10 @@ that is inside a garbage-collection callback (JAX registers one) or a finaliser,
 installed here (:func:`stop_on_first_interrupt`) raises it again once out of such a callback (or
 out of an import, which numpy would turn into an ``ImportError`` with a traceback), so
 the first Ctrl-C stops every command within moments; ``console`` then exits with status 130 and
-one line. Training installs its own handler while its steps run (save, then stop).
+one line. While the command's own code is imported (JAX, orbax: 5 to 15 s on a loaded machine)
+nothing has started, so a Ctrl-C there ends the program at once (:func:`loading_the_command`)
+instead of waiting for the import. Training installs its own handler while its steps run (save,
+then stop).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import platform
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from types import FrameType
 
 from .._errors import UsageError
@@ -147,11 +151,33 @@ def was_interrupted() -> bool:
     return _interrupted["raised"]
 
 
-_interrupted = {"raised": False, "deferred": False}
+_interrupted = {"raised": False, "deferred": False, "nothing_started": False}
+
+
+@contextmanager
+def loading_the_command() -> Iterator[None]:
+    """While this block runs, nothing of the command has started: a Ctrl-C that lands in an
+    import inside it ends the program at once (exit 130, one line), where elsewhere it would wait
+    for the import to finish."""
+    _interrupted["nothing_started"] = True
+    try:
+        yield
+    finally:
+        _interrupted["nothing_started"] = False
+
+
+def _say_interrupted() -> None:
+    print("\ngpt: interrupted (Ctrl-C); stopped before finishing.", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     if _in_swallowing_callback(frame):
+        if _interrupted["nothing_started"]:  # inside the command's import: nothing to undo
+            _interrupted["raised"] = True
+            _say_interrupted()
+            os._exit(130)
         _interrupted["deferred"] = True  # raised again soon (a thread sends it once more)
         threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signum)).start()
         return
@@ -187,7 +213,7 @@ def console() -> int:
         args = parse(None)  # --help and usage errors exit here, as in main
         if not settle_after_restart():
             restart_if_useful(args.command)
-        return run(args)
+        return run(args, loading=loading_the_command)
     except UsageError as err:  # the launcher's own (a bad GPT_CPU_RESTART)
         print(f"gpt: error: {err}", file=sys.stderr)
         return 2
@@ -195,9 +221,7 @@ def console() -> int:
         if not was_interrupted():
             raise
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopping: a re-sent one has nothing to stop
-        print("\ngpt: interrupted (Ctrl-C); stopped before finishing.", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
+        _say_interrupted()
         # Every `finally` has run on the way here. The interpreter's own teardown is skipped: with
         # XLA still compiling on its threads it crashed (SIGSEGV) instead of exiting 130.
         os._exit(130)

@@ -16,6 +16,7 @@ import argparse
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 from .._config.presets import PRESETS
 from .._errors import TrainingDivergedError, UsageError
@@ -437,14 +438,21 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return _parser().parse_args(argv)
 
 
-def run(args: argparse.Namespace) -> int:
-    """The command ``args`` (from :func:`parse`) asks for, run: its exit status."""
+def run(
+    args: argparse.Namespace, loading: Callable[[], AbstractContextManager[object]] = nullcontext
+) -> int:
+    """The command ``args`` (from :func:`parse`) asks for, run: its exit status.
+
+    ``loading`` wraps the import of the command's own code, before the command has done anything
+    (the ``gpt`` program stops at once on a Ctrl-C there: see ``launcher.py``).
+    """
     quiet_stderr()  # orbax's late reports after a failed save or restore (see quiet_stderr.py)
     if args.command not in ("config", "prepare"):
         from .._compute.host_memory import tune_host_allocator_for_cli
 
         tune_host_allocator_for_cli()  # before the command starts JAX (see tune_host_allocator)
-    command = _command(args.command)
+    with loading():
+        command = _command(args.command)
     try:
         with warnings.catch_warnings():
             # Our own warnings (a damaged checkpoint skipped) are messages to the user here.
