@@ -4,6 +4,7 @@ written, with settings that fit, derived from the one compiled step; the typed e
 import errno
 import io
 import logging
+import re
 
 import jax
 import pytest
@@ -119,6 +120,14 @@ def test_cli_refusal_exits_2_without_a_traceback(tmp_path, small_args, monkeypat
     assert error_line(err).startswith("gpt: error: This run does not fit in memory")
     assert "Traceback" not in err
     assert "The state alone" in err and "Choose a smaller model" in err  # nothing can fit 1 KiB
+    # ... and how many devices of that size would hold the state: its bytes over the budget's
+    sizes = re.search(r"takes ([\d.]+) (KiB|MiB) per device, more than 1.0 KiB", err)
+    least = re.search(r"it needs at least ([\d,]+) devices with 1.0 KiB each", err)
+    assert sizes and least, err
+    state_kib = float(sizes[1]) * (1024 if sizes[2] == "MiB" else 1)
+    devices = int(least[1].replace(",", ""))
+    assert state_kib * 0.99 <= devices <= state_kib * 1.01 + 1, err
+    assert f"(mesh.fsdp={devices})" in err
     assert list(tmp_path.iterdir()) == []
 
 

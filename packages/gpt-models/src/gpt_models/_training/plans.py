@@ -224,11 +224,16 @@ def _micro_batches(cfg: Config, mesh: Mesh, mem: StepMemory | None, trained_byte
     def none_fits(budget: int) -> str:
         state = mem.per_device - mem.temporaries * (2 if mem.cpu else 1) if mem else None
         if state is not None and state > budget:
+            # What fits where: the state is split over the mesh's fsdp and tensor axes; the
+            # devices of this size that would hold it all (before any step's temporaries).
+            held = mesh.shape["fsdp"] * mesh.shape["tensor"]
+            least = -(-state * held // budget)
             return (
                 f"The state alone (parameters, optimizer state, batch) takes {size(state)} per "
                 f"device, more than {size(budget)}: no micro-batch size or recomputation fits. "
                 "Choose a smaller model (model.d_model, model.n_layers) or shard the state over "
-                "more devices (mesh.fsdp)."
+                f"more devices (mesh.fsdp): it needs at least {least:,} devices with "
+                f"{size(budget)} each (mesh.fsdp={least}), before the step's temporaries."
             )
         most = accums[-1] if accums else t.grad_accum
         remat = (
