@@ -153,7 +153,11 @@ def test_ctrl_c_while_the_command_loads_ends_the_program_at_once(tmp_path, patie
         "with launcher.loading_the_command():\n    import slow_module\nprint('imported')\n"
     )
     started = time.monotonic()
-    done = patience.run([sys.executable, "-c", code, str(tmp_path)], text=True)
+    done = patience.run(
+        [sys.executable, "-c", code, str(tmp_path)], text=True,
+        # As from a terminal (see _interrupt_at): a runner in the background ignores SIGINT.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     took = time.monotonic() - started
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip() == "gpt: interrupted (Ctrl-C); stopped before finishing."
