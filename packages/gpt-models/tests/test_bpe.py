@@ -32,7 +32,7 @@ def test_bpe_round_trips_any_text_with_fewer_tokens_than_bytes(tok):
 @pytest.mark.skipif(platform.system() != "Linux", reason="a glibc pthread mutex stands in for Rust")
 def test_ctrl_c_stops_bpe_training_at_once(monkeypatch):
     # tokenizers learns its merges in Rust, where Python runs no signal handler until it returns:
-    # gpt prepare --tokenizer bpe went on for 25 s after a Ctrl-C (issue 52, item 14). The Rust
+    # gpt prepare --tokenizer bpe went on for 25 s after a Ctrl-C. The Rust
     # call is played by a C call that ignores signals: a pthread mutex that a helper holds.
     import tokenizers
 

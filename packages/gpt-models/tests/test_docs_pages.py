@@ -2,7 +2,7 @@
 
 Every page there is in the mkdocs nav and linked from the README's "what to read" list, so a
 page added for a new feature cannot be left where only the site search finds it; and none grows
-back into one long page (the issue that split docs/gpt_models.md: no page over about 400 lines).
+back into one long page (docs/gpt_models.md was one of 1,513 lines: no page over about 400).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ _T = TypeVar("_T")
 def _interruptible(work: Callable[[], _T]) -> _T:
     """``work()`` in a worker thread, waited on in short slices so that Ctrl-C stops the caller at
     once. tokenizers' trainer learns its merges in Rust, where Python runs no signal handler until
-    it returns: a Ctrl-C 3 s into a 28 s BPE training was raised 25 s later (issue 52, item 14).
+    it returns: a Ctrl-C 3 s into a 28 s BPE training was raised 25 s later.
     After a Ctrl-C the thread (a daemon) runs on until the trainer returns; its result is dropped.
     """
     done: dict[str, Any] = {}
