@@ -231,7 +231,7 @@ def test_preference_runs_without_their_data_or_reference_are_refused_in_one_line
         (["--set", "preference.loss=dpo", "--init-from", str(base)],
          "trains on chosen/rejected pairs, but data.path = (the embedded corpus)"),
         (["--set", f'data.sources=[{{path="{store}", weight=1}}, {{path="{text}", weight=1}}]'],
-         "is a preference store (chosen/rejected pairs), and a mixture reads windows"),
+         "mixes only with other preference stores"),
     ]  # fmt: skip
     for flags, says in cases:
         capsys.readouterr()

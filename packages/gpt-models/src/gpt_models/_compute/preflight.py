@@ -393,9 +393,12 @@ def compiled_with_note(
 
 def packed_data(cfg: Config) -> bool:
     """Whether the run's batches are packed examples: ``data.path`` is a store whose manifest
-    says ``"loss_mask": true`` (``gpt prepare`` of chat or prompt/completion JSONL)."""
-    path = Path(cfg.data.path) if cfg.data.path and not cfg.data.sources else None
-    return path is not None and is_store(path) and bool(read_manifest(path).get("loss_mask"))
+    says ``"loss_mask": true`` (``gpt prepare`` of chat or prompt/completion JSONL), or every
+    source of ``data.sources`` is (preference stores: the only such mixtures that load)."""
+    paths = [Path(s.path) for s in cfg.data.sources] or [Path(cfg.data.path)] * bool(cfg.data.path)
+    return bool(paths) and all(
+        is_store(p) and bool(read_manifest(p).get("loss_mask")) for p in paths
+    )
 
 
 def abstract_batch(

@@ -9,7 +9,7 @@ JSONL and parquet files (``sources.py``, in chunks: ``chunks.py``; chat and comp
 ``out_folder.py``; the split: ``val_split.py``) into a token store (``store.py``) described by its
 checked manifest (``manifest.py``, written by ``store_manifest.py``); a store's loss-mask streams
 (``sft_store.py``) and their packed batches (``packing.py``); preference lines (``preference.py``),
-whose pairs pack together.
+whose pairs pack together, and mixtures of preference stores (``preference_mixture.py``).
 
 Layer 2 of gpt_models. May import: ``.._errors``, ``.._console``, ``.._config``.
 """

@@ -20,18 +20,19 @@ from .mixture import (
     MixedTokens,
     check_shared_tokenizer,
     describe,
-    example_store_in_mixture,
     missing_source,
     part_configs,
 )
 from .packing import PackedExamples, packed_eval_batches, packed_split, packed_train_batch
+from .preference_mixture import PackedMixture, mixed_pairs_batch, pairs_mixture
 from .store import ShardedTokens, check_tokenizer_json, is_store, open_store, store_tokenizer_file
 from .token_files import BinMeta, read_bin_meta, same_meta
 
 Tokenizer = ByteTokenizer | BPETokenizer
 # Token ids in memory, a memmap'd .bin file, the shards of a token store (read with pread), one
-# split of a mixture (a token array per source), or of a store with a loss mask (packed examples).
-TokenArray = np.ndarray | ShardedTokens | MixedTokens | PackedExamples
+# split of a mixture (a token array per source), of a store with a loss mask (packed examples), or
+# of a mixture of preference stores (packed pairs per source).
+TokenArray = np.ndarray | ShardedTokens | MixedTokens | PackedExamples | PackedMixture
 
 # How much of a large .bin file is scanned to check that its token ids fit the vocabulary.
 _VOCAB_CHECK_TOKENS = 1 << 24
@@ -66,7 +67,8 @@ class Dataset:
     weighted by their shares of the training rows (what converts the train loss to nats per byte).
 
     A store with a loss mask (chat or completion examples, ``gpt prepare``) has
-    :class:`PackedExamples` splits: its batches are dicts (``train_batch``).
+    :class:`PackedExamples` splits: its batches are dicts (``train_batch``). A mixture of
+    preference stores has :class:`PackedMixture` splits over its sources' packed pairs.
     """
 
     train: TokenArray
@@ -80,14 +82,14 @@ class Dataset:
     @property
     def loss_mask(self) -> bool:
         """Whether batches are dicts of ids, loss mask and segments (a store with a loss mask)."""
-        return isinstance(self.train, PackedExamples)
+        return isinstance(self.train, PackedExamples | PackedMixture)
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """What opening the data left out, one line each (examples longer than a row)."""
-        return tuple(
-            s.note for s in (self.train, self.val) if isinstance(s, PackedExamples) and s.note
-        )
+        """What opening the data left out, one line each (examples longer than a row), of
+        each source of a mixture."""
+        splits = [s for d in (self.parts or (self,)) for s in (d.train, d.val)]
+        return tuple(s.note for s in splits if isinstance(s, PackedExamples) and s.note)
 
 
 def load_dataset(
@@ -197,13 +199,15 @@ def _mixture_dataset(
         if not Path(src.path).exists():
             raise missing_source(i, src)
         parts.append(load_dataset(part, seq_len=seq_len, vocab_size=vocab_size, tokenizer=tok))
-        if parts[-1].loss_mask:
-            raise example_store_in_mixture(i, src)
         tok = parts[0].tokenizer  # the first source's (a store's own), the others must agree
     names = [s.label for s in cfg.sources]
     weights = [s.weight for s in cfg.sources]
-    train = MixedTokens([p.train for p in parts], weights, names)
-    val = MixedTokens([p.val for p in parts], weights, names)
+    trains, vals = [p.train for p in parts], [p.val for p in parts]
+    # Preference stores: packed pairs (refused where mixed with anything else), else windows.
+    train, val = pairs_mixture(cfg.sources, trains, vals) or (
+        MixedTokens(trains, weights, names),
+        MixedTokens(vals, weights, names),
+    )
     per = [p.bytes_per_token for p in parts]
     bpt = None if None in per else float(np.dot(train.weights, np.array(per, dtype=float)))
     source = describe(names, train.weights, [s.path for s in cfg.sources])
@@ -349,7 +353,8 @@ def train_batch(
     The global batch depends only on ``(seed, step)``; process ``p`` of ``P`` keeps rows
     ``[p * m / P, (p + 1) * m / P)`` of each micro-batch of ``m`` rows. ``tokens`` may be a
     mixture's train split (``Dataset.train`` of ``data.sources``): each row then comes from one
-    source, drawn by weight (see ``MixedTokens``).
+    source, drawn by weight (see ``MixedTokens``); of preference stores, a dict as for one
+    (``preference_mixture.py``).
 
     Example:
         >>> import numpy as np
@@ -361,9 +366,10 @@ def train_batch(
         ((2, 2, 9), True)
     """
     rows = batch_size // grad_accum // process_count
-    if isinstance(tokens, PackedExamples):
-        return packed_train_batch(
-            tokens,
+    if isinstance(tokens, PackedExamples | PackedMixture):  # a mixture's: before MixedTokens
+        packed = mixed_pairs_batch if isinstance(tokens, PackedMixture) else packed_train_batch
+        return packed(
+            tokens,  # type: ignore[arg-type]
             step,
             seed=seed,
             batch_size=batch_size,  # type: ignore[return-value]

@@ -106,13 +106,8 @@ def missing_source(i: int, src: DataSource) -> DataError:
 
 
 def example_store_in_mixture(i: int, src: DataSource) -> DataError:
-    """The error for source ``i`` of ``data.sources``, a store with a loss mask."""
-    if read_manifest(Path(src.path)).get("kind") == "preference":
-        return DataError(
-            f"data.sources[{i}] ({src.label!r}, {src.path}) is a preference store (chosen/"
-            "rejected pairs), and a mixture reads windows of plain token ids: a preference store "
-            f"cannot be mixed with other sources. Train on it alone: --set data.path={src.path}."
-        )
+    """The error for source ``i`` of ``data.sources``, a store of chat or completion examples
+    (preference stores mix with each other: ``preference_mixture.py``)."""
     return DataError(
         f"data.sources[{i}] ({src.label!r}, {src.path}) is a store of chat or completion examples "
         "with a loss mask, and a mixture reads windows of plain token ids: mixing example stores "

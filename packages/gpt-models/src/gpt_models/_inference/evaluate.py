@@ -32,7 +32,8 @@ class Evaluator:
 
     A mixture (``data.sources``) is evaluated on each source's own validation split (the same
     windows per source); the call returns the weighted mean ``sum_k w_k * loss_k`` (each in the
-    unit; the weights normalised) and ``by_source`` keeps each source's loss.
+    unit; the weights normalised) and ``by_source`` keeps each source's loss. A mixture of
+    preference stores so too, its TRL metrics (``pair_metrics``) the sources' weighted means.
 
     Packed batches (a store of chat or prompt/completion examples): the call returns the masked
     loss (the answers only) and ``all_tokens`` keeps the loss of every token of the examples
@@ -95,7 +96,7 @@ class Evaluator:
         self.all_tokens: float | None = None  # packed batches: the loss of every example token
 
     def __call__(self, params: Any) -> float:
-        losses, every = [], []
+        losses, every, pairs = [], [], []
         for batches, bpt in zip(self.batches, self.bytes_per_token, strict=True):
             n = len(jax.tree.leaves(batches)[0])
             values = [
@@ -107,11 +108,12 @@ class Evaluator:
                 for i in range(n)
             ]
             values = [host_value(x) for x in values]
-            if self.preference:  # the means over every pair of the batches
+            if self.preference:  # the means over every pair of the (source's) batches
                 total = {k: float(sum(np.asarray(v[k]) for v in values)) for k in values[0]}
-                pairs = max(total["pairs"], 1.0)
-                self.pair_metrics = {k: total[k] / pairs for k in METRICS}
-                return total["loss"] / pairs
+                count = max(total["pairs"], 1.0)
+                pairs.append({k: total[k] / count for k in METRICS})
+                losses.append(total["loss"] / count)
+                continue
             if not is_packed(batches):
                 losses.append(float(np.mean(values)) / bpt[0])
                 continue
@@ -120,7 +122,12 @@ class Evaluator:
             every.append(total["all_tokens"] / max(total["example_tokens"], 1.0) / bpt[1])
         if not self.names:
             self.all_tokens = every[0] if every else None
+            self.pair_metrics = pairs[0] if pairs else {}
             return losses[0]
+        if pairs:  # a mixture of preference stores: the sources' weighted means, as the loss
+            self.pair_metrics = {
+                k: float(np.dot(self.weights, [m[k] for m in pairs])) for k in METRICS
+            }
         self.by_source = dict(zip(self.names, losses, strict=True))
         return float(np.dot(self.weights, losses))
 

@@ -122,7 +122,7 @@ def reference_logps(
     return jax.lax.stop_gradient(answer_logps(weights, batch, model, constrain)[0])
 
 
-def pair_sums(
+def pair_logps(
     params: bx.Params,
     batch: Any,
     *,
@@ -131,9 +131,10 @@ def pair_sums(
     constrain: Any = no_constraint,
     ref: Any = None,
     dropout_key: Array | None = None,
-) -> dict[str, Array]:
-    """:func:`preference_sums` of a batch of pairs: the policy ``params`` against the reference
-    (:func:`reference_logps`: the batch's ``ref``, the weights ``ref``, or LoRA's adapters off)."""
+) -> tuple[tuple[Array, Array], Array | None, Array]:
+    """What :func:`preference_sums` takes of a batch of pairs: the policy's ``(logps, counts)``,
+    the reference's logps (:func:`reference_logps`: the batch's ``ref``, the weights ``ref``, or
+    LoRA's adapters off; None for SimPO) and :func:`pair_mask`."""
     policy = answer_logps(params, batch, config, constrain, dropout_key=dropout_key)
     reference = None
     if pref.uses_reference:
@@ -145,7 +146,23 @@ def pair_sums(
             ref=ref,
             precomputed=pref.precompute_ref and "ref" in batch,
         )
-    return preference_sums(policy, reference, pair_mask(batch), pref)
+    return policy, reference, pair_mask(batch)
+
+
+def pair_sums(
+    params: bx.Params,
+    batch: Any,
+    *,
+    config: Any,
+    pref: PreferenceConfig,
+    constrain: Any = no_constraint,
+    ref: Any = None,
+    dropout_key: Array | None = None,
+) -> dict[str, Array]:
+    """:func:`preference_sums` of a batch of pairs: the policy ``params`` against the reference
+    (:func:`pair_logps`)."""
+    options = {"config": config, "pref": pref, "constrain": constrain, "ref": ref}
+    return preference_sums(*pair_logps(params, batch, dropout_key=dropout_key, **options), pref)
 
 
 def preference_sums(
@@ -157,6 +174,24 @@ def preference_sums(
     ``policy`` is :func:`answer_logps`'s ``(logps, counts)``; ``ref`` the reference's summed
     logps ``(B, 2, W)`` (None for SimPO); ``valid`` :func:`pair_mask`'s ``(B, W)``.
     """
+    each = _each_pair(policy, ref, p)
+    sums = {k: jnp.sum(jnp.where(valid > 0, v, 0.0)) for k, v in each.items()}
+    return sums | {"pairs": jnp.sum(valid)}
+
+
+def row_losses(
+    policy: tuple[Array, Array], ref: Array | None, valid: Array, p: PreferenceConfig
+) -> Array:
+    """``(B,)``: each row's mean preference loss over its valid pairs (0 for a row without one),
+    of :func:`preference_sums`'s inputs: what a mixture's ``loss/<source>`` averages."""
+    losses = jnp.where(valid > 0, _each_pair(policy, ref, p)["loss"], 0.0)
+    return jnp.sum(losses, axis=-1) / jnp.maximum(jnp.sum(valid, axis=-1), 1.0)
+
+
+def _each_pair(
+    policy: tuple[Array, Array], ref: Array | None, p: PreferenceConfig
+) -> dict[str, Array]:
+    """The loss and :data:`METRICS` of every pair slot ``(B, W)``, valid or not."""
     logps, counts = policy
     mean = p.loss in ("ipo", "simpo")  # log-probs per counted token, as TRL takes them
     scale = 1.0 / jnp.maximum(counts, 1.0) if mean else jnp.ones_like(counts)
@@ -177,7 +212,7 @@ def preference_sums(
         ls = p.label_smoothing
         losses = -jax.nn.log_sigmoid(p.beta * h) * (1 - ls) - jax.nn.log_sigmoid(-p.beta * h) * ls
     good, bad = p.beta * (chosen - r_chosen), p.beta * (rejected - r_rejected)
-    each = {
+    return {
         "loss": losses,
         "rewards/chosen": good,
         "rewards/rejected": bad,
@@ -186,8 +221,6 @@ def preference_sums(
         "logps/chosen": chosen,
         "logps/rejected": rejected,
     }
-    sums = {k: jnp.sum(jnp.where(valid > 0, v, 0.0)) for k, v in each.items()}
-    return sums | {"pairs": jnp.sum(valid)}
 
 
 def means(sums: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The checks a preference run (``[preference]``) passes when it is resolved: its data is a
-preference store and its reference (the weights it starts from) is there."""
+preference store (or a mixture of them) and its reference (the weights it starts from) is
+there."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import blox as bx
 from .._config.schema import Config
 from .._data.corpus import Dataset
 from .._data.packing import PackedExamples
+from .._data.preference_mixture import PackedMixture
 from .._errors import UsageError
 from .._model.gpt import gpt
 from .folders import load_run
@@ -21,8 +23,9 @@ from .init_source import InitSource
 
 
 def is_preference_data(data: Dataset) -> bool:
-    """Whether ``data`` is a preference store's pairs (``gpt prepare`` of chosen/rejected JSONL)."""
-    return isinstance(data.train, PackedExamples) and data.train.group == 2
+    """Whether ``data`` is a preference store's pairs (``gpt prepare`` of chosen/rejected JSONL),
+    or a mixture of such stores (``data.sources``)."""
+    return isinstance(data.train, PackedExamples | PackedMixture) and data.train.group == 2
 
 
 def check_preference(cfg: Config, data: Dataset, source: InitSource | None, resume: bool) -> None:
@@ -34,19 +37,23 @@ def check_preference(cfg: Config, data: Dataset, source: InitSource | None, resu
     """
     p, pairs = cfg.preference, is_preference_data(data)
     if pairs and not p.enabled:
+        what = "are preference stores" if cfg.data.sources else "is a preference store"
         raise UsageError(
-            f"data.path = {cfg.data.path} is a preference store (chosen/rejected pairs), but "
+            f"{_data_named(cfg, data)} {what} (chosen/rejected pairs), but "
             "preference.loss is not set, and next-token training would learn the rejected "
             "answers too. Add --set preference.loss=dpo (or ipo, simpo)."
         )
     if not p.enabled:
         return
     if not pairs:
+        held = "plain text or token ids" if cfg.data.sources else f"{cfg.data.kind or 'text'} data"
+        fix = (
+            "give those stores as data.sources" if cfg.data.sources else "pass --set data.path=DIR"
+        )
         raise UsageError(
-            f"preference.loss = {p.loss!r} trains on chosen/rejected pairs, but data.path = "
-            f"{cfg.data.path or '(the embedded corpus)'} holds {cfg.data.kind or 'text'} data. "
-            "Prepare the pairs with gpt prepare PAIRS.jsonl --out DIR and pass "
-            "--set data.path=DIR."
+            f"preference.loss = {p.loss!r} trains on chosen/rejected pairs, but "
+            f"{_data_named(cfg, data)} holds {held}. Prepare the pairs with gpt prepare "
+            f"PAIRS.jsonl --out DIR and {fix}."
         )
     if not cfg.init.source:
         raise UsageError(
@@ -60,6 +67,13 @@ def check_preference(cfg: Config, data: Dataset, source: InitSource | None, resu
             "cannot be read any more, and every step compares with them. Put the folder back "
             "where it was, or point --set init.source= at a copy of it."
         )
+
+
+def _data_named(cfg: Config, data: Dataset) -> str:
+    """``data.path = DIR``, or ``data.sources (mixture of ...)``: the data, as messages name it."""
+    if cfg.data.sources:
+        return f"data.sources ({data.source})"
+    return f"data.path = {cfg.data.path or '(the embedded corpus)'}"
 
 
 def needs_reference_weights(cfg: Config) -> bool:

@@ -4,7 +4,8 @@ first step: a copy of the init weights, or every pair's reference log-probs comp
 Where the reference comes from (``[preference]``, ``_model/preference.py``):
 
 - SimPO: none;
-- ``precompute_ref``: the init weights score every pair of both splits once, before training;
+- ``precompute_ref``: the init weights score every pair of both splits (of each source of a
+  mixture) once, before training;
   the batches then carry each answer's reference log-prob (``ref``) and no step runs the
   reference model. The weights are freed before the first step;
 - else, with LoRA: the run's own base weights with the adapters off, in the step (no copy);
@@ -24,6 +25,7 @@ import numpy as np
 
 from .._compute.preflight import check_fits
 from .._data.packing import PackedExamples
+from .._data.preference_mixture import packed_splits
 from .._distributed.mesh import BATCH_AXES, activation_constraint, place_batch
 from .._distributed.processes import host_value
 from .._model.preference import answer_logps, reference_params
@@ -52,11 +54,11 @@ def prepare_reference(run: Run, plan: TrainPlan, stream: TextIO | None = None) -
     abstract, model = reference_params(plan.abstract.params, cfg.model)
     weights = load_reference(cfg, run.init, abstract)
     score = _scorer(model, plan)
-    for split in (run.data.train, run.data.val):
-        assert isinstance(split, PackedExamples)
+    splits = packed_splits(run.data)  # each source's of a mixture of preference stores
+    for split in splits:
         split.ref = _precompute(split, weights, score, plan, cfg.train.seed)
     if stream is not None:
-        n = len(run.data.train.units) + len(run.data.val.units)  # type: ignore[union-attr]
+        n = sum(len(split.units) for split in splits)
         print(
             f"Reference log-probs of {n:,} pairs computed (preference.precompute_ref).", file=stream
         )

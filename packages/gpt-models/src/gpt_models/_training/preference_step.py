@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from .._config.schema import Config
-from .._model.preference import pair_mask, pair_sums
+from .._model.preference import pair_logps, pair_mask, preference_sums, row_losses
 
 
 def preference_objective(
@@ -20,11 +20,13 @@ def preference_objective(
     constrain: Any,
     total: jax.Array,
     ref: Any,
+    rows: bool = False,
     dropout_key: jax.Array | None = None,
 ) -> tuple[jax.Array, Any]:
     """This micro-batch's share of the global batch's mean preference loss (its sum over the
-    global batch's ``total`` pairs), with the sums of the loss and the metrics."""
-    sums = pair_sums(
+    global batch's ``total`` pairs), with the sums of the loss and the metrics, and with ``rows``
+    (a mixture, ``data.sources``) each row's mean loss over its pairs."""
+    inputs = pair_logps(
         params,
         batch,
         config=cfg.model,
@@ -33,7 +35,9 @@ def preference_objective(
         ref=ref,
         dropout_key=dropout_key,
     )
-    return sums["loss"] / total, (sums, None, {})  # no rows, no experts' stats
+    sums = preference_sums(*inputs, cfg.preference)
+    row = row_losses(*inputs, cfg.preference) if rows else None
+    return sums["loss"] / total, (sums, row, {})  # no experts' stats
 
 
 def total_pairs(batch: Any) -> jax.Array:

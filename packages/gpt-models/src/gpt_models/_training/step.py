@@ -404,7 +404,7 @@ def train_step(
     objective = functools.partial(_packed_objective if packed else _loss_and_rows, **options)
     if pref:
         options = {"cfg": cfg, "constrain": constrain, "total": total_pairs(batch), "ref": ref}
-        objective = functools.partial(preference_objective, **options)
+        objective = functools.partial(preference_objective, rows=rows_too, **options)
     trainable, frozen = state.params.split()
     grad_fn = jax.value_and_grad(
         lambda trainable, mb, key: objective(trainable.merge(frozen), mb, dropout_key=key),
