@@ -79,7 +79,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "this test's program wrongly; a strict xfail, so a JAX that fixes it makes the test fail",
     )
     _turn_on_next_flags()
-    _use_compilation_cache()
 
 
 # --- JAX's next primitives: `JAX_NEXT_FLAGS=jax_scan3,jax_remat3 pytest ...` -----------------
@@ -107,30 +106,6 @@ def _turn_on_next_flags() -> None:
         )
     for flag in _NEXT_FLAGS:
         jax.config.update(flag, True)
-
-
-# --- JAX's persistent compilation cache: `TESTS_JAX_CACHE=DIR pytest ...` (CI sets it) -------
-# The suites compile the same small programs again and again (a run's config is a static argument
-# of its steps, so two tests that differ only in a path trace anew); a hit skips XLA's compile.
-# Each test process keeps its own folder under DIR and reads only what it wrote itself: set
-# through jax.config, not JAX's environment variables, so the processes a test starts do not
-# share it. Folders shared between processes (two pytest-xdist workers, a test's subprocesses)
-# crashed XLA:CPU once in CI on JAX 0.12 while it loaded an executable (a segmentation fault in
-# deserialize_executable); a folder one process writes and reads is what test_docs_commands.py
-# has used since 2026-11-28.
-_JAX_CACHE = os.environ.get("TESTS_JAX_CACHE", "")
-
-
-def _use_compilation_cache() -> None:
-    if not _JAX_CACHE:
-        return
-    import jax
-
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    folder = Path(_JAX_CACHE) / f"{worker}-{os.getpid()}"
-    jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -14,7 +14,8 @@ Python 3.11, 3.12 and 3.13 are supported. What the default sessions run, where (
                                   at its declared floor     where a package lists a sample)
     lint, typecheck      3.11     the locked one (0.10.2)   ruff, mypy
     docs                 3.11     the locked one (0.10.2)   the site and every doctest
-    wheels               3.11     the newest for 3.11       WHEEL_TESTS against each built wheel
+    wheels               3.11     the newest for 3.11       WHEEL_TESTS and MATRIX_TESTS against
+                                  (0.10.2)                  each built wheel
     lm_eval              3.11     the locked one (0.10.2)   gpt-models' lm-eval extra (its own
                                                             venv: ~70 packages nothing else needs)
     next_primitives      3.13     the locked one (0.12)     NEXT_FLAG_SUITES once per JAX flag
@@ -74,11 +75,12 @@ TEST_EXTRAS = {
 TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3.1", "pytest-xdist>=3.6.1"]
 # The JAX versions the matrix tests besides the locked ones, each with the Python it runs on
 # (JAX 0.11 and later need Python >= 3.12). The first is the oldest supported JAX: `floors` runs it.
+# The newest JAX for Python 3.11 (0.10.2, the lock's there) is not listed: `wheels` installs it and
+# runs MATRIX_TESTS among each wheel's tests, as do `docs`, `lint`, `typecheck` and `interop`.
 JAX_MATRIX = {
     "0.7.2": "3.11",
     "0.8.3": "3.11",
     "0.9.2": "3.11",
-    "0.10.2": "3.11",
 }
 NEWEST_JAX_PYTHON = "3.12"  # `integration_newest`: the Python no other session runs the tests on
 # What the JAX-version matrix runs (`tests` runs everything on the locked JAX): the tests of code
@@ -108,9 +110,9 @@ MATRIX_TESTS = [
 # on 0.7.2 by hand; `tests` runs them). They run on the oldest JAX of the matrix, and in
 # integration_newest when the newest release is not the locked one; `tests` runs them on the
 # locked JAX. The other versions run MATRIX_TESTS alone, which reach every JAX-specific path
-# (each integration run is ~2 minutes of the 60-minute CI budget); Python 3.11's own JAX (the
-# newest of the matrix) also trains, samples and evaluates end to end in `wheels` (gpt-models'
-# CLI tests against its wheel) and `docs` (the library's doctests).
+# (each integration run is ~2 minutes of the 60-minute CI budget); Python 3.11's own JAX (0.10.2)
+# runs MATRIX_TESTS and trains, samples and evaluates end to end in `wheels` (gpt-models' CLI tests
+# against its wheel) and `docs` (the library's doctests).
 MATRIX_INTEGRATION_TESTS = [
     "integration_tests/test_blox_training.py",
     "integration_tests/test_gpt_distributed.py",
@@ -122,8 +124,8 @@ MATRIX_INTEGRATION_TESTS = [
 # their wheels run the tests that reach what a wheel can lose (package data: the embedded corpus,
 # presets, the CLI entry point, the notebook display; the layout of gpt's subpackages; the HF and
 # prepare readers of files; lox's loggers and their optional backends), every bad-input message,
-# the public API and, for lox, its transformations once (not the property and composition suites,
-# which test JAX's behaviour, not the wheel's).
+# the public API and, for lox, its transformations; beside them each package's MATRIX_TESTS, as
+# this is where the newest JAX for Python 3.11 runs them (`nox_helpers.with_matrix_tests`).
 WHEEL_TESTS = {
     "lox-logging": [
         "test_public_api.py",
@@ -433,9 +435,12 @@ def docs(session: nox.Session) -> None:
     session.run("python", str(ROOT / "docs" / "_ext" / "gpt_reference.py"), "--check", env=h.ENV)
     session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"))
     session.run("python", str(ROOT / ".ci" / "check_api_docs.py"), str(ROOT / "site"))
-    h.pytest(session, "python", "--doctest-modules", *(f"packages/{p}/src" for p in PACKAGES))
+    # Doctests are independent items: spread them over the CPUs one by one (`--dist load`).
+    spread = [*h.workers()[:2], "--dist", "load"] if h.workers() else []
+    sources = (f"packages/{p}/src" for p in PACKAGES)
+    h.pytest(session, "python", *spread, "--doctest-modules", *sources)
     readmes = sorted(glob.glob("packages/*/README.md", root_dir=ROOT))  # their PyPI pages
-    h.pytest(session, "python", "--doctest-glob=*.md", "docs", "README.md", *readmes)
+    h.pytest(session, "python", *spread, "--doctest-glob=*.md", "docs", "README.md", *readmes)
 
 
 @nox.session(python="3.11", reuse_venv=False)
@@ -446,7 +451,7 @@ def wheels(session: nox.Session) -> None:
     session.run("uv", "build", "--all-packages", "--wheel", "-o", str(dist), external=True)
     tmp = Path(session.create_tmp())
     for pkg in PACKAGES:
-        picked = WHEEL_TESTS.get(pkg, [])
+        picked = h.with_matrix_tests(pkg, WHEEL_TESTS.get(pkg, []), MATRIX_TESTS)
         h.check_wheel(session, pkg, PACKAGES, dist, tmp, TEST_EXTRAS[pkg], TEST_TOOLS, picked)
 
 

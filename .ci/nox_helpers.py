@@ -30,16 +30,16 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTEST = ["pytest", "-q", "--timeout=900", "-p", "no:cacheprovider", "--durations=15"]
-# JAX's persistent compilation cache for the tests (the root conftest's TESTS_JAX_CACHE: one
-# folder per test process under this one, never shared between processes). Measured on
-# gpt-models' test_mixture.py alone, in one process: 81 s of CPU without it, 46 s with it.
-JAX_CACHE = ROOT / ".nox" / "jax-cache"
+# PYTHONDONTWRITEBYTECODE empty: every process a test starts reads the bytecode the first one wrote
+# (with it set, as some CI images do, each start compiles JAX's sources again: 2.4 s instead of
+# 0.75 s for `import jax` here). No persistent compilation cache: XLA:CPU crashed in CI on JAX 0.12
+# loading an executable it had written itself (docs/decisions.md, "CI time, 2026-12-02").
 ENV = {
     "WANDB_MODE": "disabled",
     "JAX_PLATFORMS": "cpu",
     "UV_SYSTEM_CERTS": "1",
     "UV_PYTHON_DOWNLOADS": "never",
-    "TESTS_JAX_CACHE": str(JAX_CACHE),
+    "PYTHONDONTWRITEBYTECODE": "",
 }
 
 
@@ -258,6 +258,23 @@ def existing_tests(patterns: Iterable[str]) -> list[list[str]]:
             folder = path if (ROOT / path).is_dir() else str(Path(path).parent)
             groups.setdefault(folder, []).append(path)
     return list(groups.values())
+
+
+def with_matrix_tests(pkg: str, picked: list[str], matrix: Iterable[str]) -> list[str]:
+    """``picked`` (test file names of ``pkg``) and ``pkg``'s files among the ``matrix`` patterns;
+    ``[]`` (every test) stays ``[]``.
+
+    Example:
+        >>> with_matrix_tests("lox-logging", ["test_save.py"], ["packages/*/tests/test_public_api.py"])
+        ['test_save.py', 'test_public_api.py']
+        >>> with_matrix_tests("core-primitives", [], ["packages/*/tests/test_public_api.py"])
+        []
+    """
+    if not picked:
+        return []
+    prefix = f"packages/{pkg}/tests/"
+    found = (p for m in matrix for p in sorted(glob.glob(m, root_dir=ROOT)) if p.startswith(prefix))
+    return list(dict.fromkeys([*picked, *(p.removeprefix(prefix) for p in found)]))
 
 
 def editable(packages: Sequence[str], extras: dict[str, list[str]]) -> list[str]:

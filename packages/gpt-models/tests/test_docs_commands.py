@@ -381,36 +381,9 @@ def _hf_folders(ws: Path) -> None:
 FIXTURES = {"runs/demo"}  # what a page may make again itself (the folder is replaced)
 
 
-@contextlib.contextmanager
-def _compilation_cache(folder: Path) -> Iterator[None]:
-    """JAX's persistent compilation cache in ``folder`` for every program, then as it was.
-
-    A run's config is a static argument of its jitted steps, so a new data path or prompt traces
-    them again; the cache then finds the same program by its contents instead of compiling it.
-    """
-    import jax
-    from jax.experimental.compilation_cache import compilation_cache
-
-    settings = {"jax_compilation_cache_dir": str(folder),
-                "jax_persistent_cache_min_compile_time_secs": 0.0,
-                "jax_persistent_cache_min_entry_size_bytes": 0}  # fmt: skip
-    before = {name: getattr(jax.config, name) for name in settings}
-    for name, value in settings.items():
-        jax.config.update(name, value)
-    compilation_cache.reset_cache()  # read the settings again at the next compile
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            jax.config.update(name, value)
-        compilation_cache.reset_cache()
-
-
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory, request) -> Iterator[Path]:
-    ws = tmp_path_factory.mktemp("docs")
-    with _compilation_cache(tmp_path_factory.mktemp("jax-cache")):
-        yield from _workspace(ws, request)
+    yield from _workspace(tmp_path_factory.mktemp("docs"), request)
 
 
 def _workspace(ws: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
