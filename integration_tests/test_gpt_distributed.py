@@ -135,3 +135,21 @@ def test_open_mpi_ranks_too_few_for_the_mesh_are_refused_in_one_line(tmp_path, f
         assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
         assert "needs 8 devices, but 4 are available (2 processes x 2 cpu devices)" in lines[0]
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.slow
+def test_a_two_process_dry_run_estimates_each_hosts_memory_from_its_own_devices(
+    tmp_path, free_ports
+):
+    # Two SLURM tasks of 2 devices each plan one 4-device step; each process holds 2 of them, so
+    # its host estimate adds the program twice, not once per device of the job. Nothing is written.
+    (port,) = free_ports(1)
+    args = ["train", "--out", str(tmp_path), "--name", "plan", *ARGS, "--dry-run"]
+    pair = [_start(args, 2, _slurm_task(i, port)) for i in range(2)]
+    outputs = _patience.communicate(pair, peers=True)
+    for p, (out, err) in zip(pair, outputs):
+        assert p.returncode == 0, f"worker failed ({p.returncode}):\n{out}\n{err[-4000:]}"
+    plan = outputs[0][0] + outputs[0][1]
+    assert "train step (4 cpu device(s))" in plan, plan[-3000:]
+    assert "plus the program on each of its 2 device(s))" in plan, plan[-3000:]
+    assert not (tmp_path / "plan").exists()

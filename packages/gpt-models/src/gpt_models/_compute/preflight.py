@@ -141,6 +141,7 @@ class Plan:
     baseline: int | None = None  # this process's resident memory when the plan was made
     untouched: str = "Nothing was written."
     stream: TextIO | None = None  # where the pre-flight says what it is doing
+    local_devices: int | None = None  # this process's share of ``devices`` (None: all of them)
 
     @property
     def fits(self) -> bool:
@@ -152,11 +153,12 @@ class Plan:
         """The plan as the commands' ``--dry-run`` prints it."""
         lines = [*self.lines, f"compile          {self.compile_s:.1f} s"]
         if self.memory is not None and self.memory.cpu and self.baseline is not None:
-            peak = self.baseline + self.devices * self.memory.per_device
+            mine = self.devices if self.local_devices is None else self.local_devices
+            peak = self.baseline + mine * self.memory.per_device
             lines.append(
                 f"host peak        {size(peak)} estimated for this process (now "
                 f"{size(self.baseline)}, JAX and the compiler included, plus the program on each "
-                f"of its {self.devices} device(s))"
+                f"of its {mine} device(s))"
             )
         return "\n".join(lines)
 

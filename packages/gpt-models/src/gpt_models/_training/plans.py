@@ -178,6 +178,7 @@ def plan_step(
         memory=mem,
         budget=budget,
         devices=len(devices),
+        local_devices=sum(d.process_index == jax.process_index() for d in devices),
         program=f"train step (micro-batch {micro} of {cfg.window} tokens, model.remat={m.remat})",
         params=params,
         param_bytes=param_bytes,
