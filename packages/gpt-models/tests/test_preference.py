@@ -2,7 +2,8 @@
 its bad lines, the [preference] section's refusals, and DPO runs: the first step's loss is ln 2,
 TRL's metrics reach metrics.csv and gpt eval, a resumed run continues bit for bit, a precomputed
 reference gives the losses of one computed in the step, LoRA's reference is its adapters off;
-a pair longer than a row is left out and counted; a tuned run exports merged or as an adapter.
+a pair longer than a row is left out and counted, named by file and line; a tuned run exports
+merged or as an adapter.
 """
 
 import csv
@@ -164,8 +165,9 @@ def test_a_dpo_run_starts_at_ln2_logs_trl_metrics_and_resumes_bit_for_bit(
     assert main([*args, "--name", "dpo", *_dpo_flags(store)]) == 0
     assert re.search(
         r"note: 1 of the \d+ preference pairs of the (train|val) split of .* have prompt plus "
-        r"answer longer than model\.seq_len \+ 1 = 33 tokens and are left out \(the longest has "
-        r"43; examples are never cut\)\.",
+        r"answer longer than model\.seq_len \+ 1 = 33 tokens and are left out \(it is "
+        r"p\.jsonl:61, with 43 tokens; examples are never cut\)\. To keep it, set --set "
+        r"model\.seq_len=42 \(or more\), or shorten it\.",
         capsys.readouterr().err,
     )
     run = tmp_path / "dpo"
@@ -197,6 +199,25 @@ def test_a_dpo_run_starts_at_ln2_logs_trl_metrics_and_resumes_bit_for_bit(
     np.testing.assert_allclose(
         forward(back, tokens, back_cfg), forward(final, tokens, load_run(run)[0]), atol=1e-5
     )
+
+
+def test_pairs_too_long_for_a_row_are_named_by_file_and_line(tmp_path, base_and_store, capsys):
+    base, _ = base_and_store
+    # Two pairs longer than a row of 33 ids (43 and 53 ids with the prompt), at lines 17 and 42,
+    # both in the train split (a fixed hash of the file's name and the line).
+    rows = [*PAIRS[:16], LONG, *PAIRS[16:40], {**LONG, "prompt": "8" * 50 + "="}, *PAIRS[40:]]
+    src, store = _jsonl(tmp_path / "p.jsonl", rows), tmp_path / "s"
+    assert main(["prepare", str(src), "--out", str(store), "--val-fraction", "0.2"]) == 0
+    pairs = json.loads((store / "manifest.json").read_text())["pairs"]["train"]
+    capsys.readouterr()
+    flags = _dpo_flags(store, "--set", "train.steps=2")
+    assert main(["train", "--out", str(tmp_path), "--init-from", str(base), *flags]) == 0
+    assert (
+        f"note: 2 of the {pairs} preference pairs of the train split of {store} have prompt plus "
+        "answer longer than model.seq_len + 1 = 33 tokens and are left out (the first is "
+        "p.jsonl:17; the longest has 53 tokens, at p.jsonl:42; examples are never cut). To keep "
+        "them, set --set model.seq_len=52 (or more), or shorten them."
+    ) in capsys.readouterr().err.splitlines()
 
 
 def test_lora_compares_with_its_adapters_off_in_the_step_or_precomputed(tmp_path, base_and_store):

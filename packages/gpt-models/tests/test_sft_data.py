@@ -232,17 +232,15 @@ def test_examples_longer_than_a_row_are_left_out_and_counted(tmp_path):
     store = _store(tmp_path, CHATS + long * 8)
     ds = load_dataset(DataConfig(path=str(store)), seq_len=127, vocab_size=256)
     examples = json.loads((store / "manifest.json").read_text())["examples"]
-    skipped = 0
-    for note in ds.notes:  # one line per split that has any
-        n, total, split = re.match(
-            r"note: (\d+) of the ([\d,]+) examples of the (\w+) split", note
-        ).groups()
-        assert int(total.replace(",", "")) == examples[split]
-        assert (
-            "longer than model.seq_len + 1 = 128 tokens and are left out (the longest has" in note
-        )
-        skipped += int(n)
-    assert skipped == 8
+    # One line per split: lines 61 to 68 hold the long examples (326 ids each); 63, 65 and 67
+    # went to the validation split (the split is a fixed hash of file name and line).
+    assert ds.notes == tuple(
+        f"note: {n} of the {examples[split]} examples of the {split} split of {store} are longer "
+        f"than model.seq_len + 1 = 128 tokens and are left out (the first is st.jsonl:{first}; "
+        f"the longest has 326 tokens, at st.jsonl:{first}; examples are never cut). To keep them, "
+        "set --set model.seq_len=325 (or more), or shorten them."
+        for n, split, first in ((5, "train", 61), (3, "val", 63))
+    )
     batch = train_batch(ds.train, 0, seed=0, batch_size=16, grad_accum=1, seq_len=127)
     assert not (batch["tokens"] == ord("x")).any()  # no long example, cut or whole
 
@@ -250,7 +248,8 @@ def test_examples_longer_than_a_row_are_left_out_and_counted(tmp_path):
 def test_a_store_whose_every_example_is_too_long_is_refused(tmp_path):
     store = _store(tmp_path)
     with pytest.raises(DataError, match=r"Every one of the \d+ examples of the train split .* "
-                                        r"longer than a row of model.seq_len \+ 1 = 17 tokens"):  # fmt: skip
+                                        r"longer than a row of model.seq_len \+ 1 = 17 tokens "
+                                        r"\(the shortest has 108, at st.jsonl:1\)"):  # fmt: skip
         load_dataset(DataConfig(path=str(store)), seq_len=16, vocab_size=256)
 
 
@@ -271,11 +270,36 @@ def test_an_interrupted_chat_prepare_resumes_to_the_same_store(tmp_path, kill_pr
         prepare([src], tmp_path / "st", val_fraction=0.2, shard_tokens=700)
     kill_prepare(None)
     again = prepare([src], tmp_path / "st", val_fraction=0.2, shard_tokens=700).manifest
-    for field in ("shards", "mask_shards", "example_shards", "examples", "masked_tokens"):
+    fields = ("shards", "mask_shards", "example_shards", "origin_shards", "examples")
+    for field in (*fields, "masked_tokens"):
         assert again[field] == whole[field], field
     (tmp_path / "st" / again["mask_shards"]["train"][0]["file"]).unlink()
     with pytest.raises(DataError, match=r"train-mask-00000.bin listed in .* is missing"):
         load_dataset(DataConfig(path=str(tmp_path / "st")), seq_len=255, vocab_size=256)
+
+
+def test_a_prepare_an_older_gpt_models_began_resumes_without_origins(tmp_path, kill_prepare):
+    src = _chat_jsonl(tmp_path / "c.jsonl")
+    whole = prepare([src], tmp_path / "whole", val_fraction=0.2, shard_tokens=700).manifest
+    kill_prepare(4)
+    with pytest.raises(KeyboardInterrupt):
+        prepare([src], tmp_path / "st", val_fraction=0.2, shard_tokens=700)
+    kill_prepare(None)
+    # What an older gpt prepare leaves when killed: its progress without origin writers, and no
+    # origin shards. Resumed here, the store is that of before: no origins, the same examples.
+    state_file = tmp_path / "st" / ".prepare-state.json"
+    state = json.loads(state_file.read_text())
+    state["writers"] = {k: w for k, w in state["writers"].items() if "-origins" not in k}
+    state_file.write_text(json.dumps(state))
+    for path in (tmp_path / "st").glob("*-origins-*"):
+        path.unlink()
+    again = prepare([src], tmp_path / "st", val_fraction=0.2, shard_tokens=700).manifest
+    assert "origin_shards" not in again and not list((tmp_path / "st").glob("*-origins-*"))
+    for field in ("shards", "mask_shards", "example_shards", "examples", "masked_tokens"):
+        assert again[field] == whole[field], field
+    assert load_dataset(
+        DataConfig(path=str(tmp_path / "st")), seq_len=255, vocab_size=256
+    ).loss_mask
 
 
 def _conversation(*roles_contents: tuple[str, object]) -> dict[str, object]:

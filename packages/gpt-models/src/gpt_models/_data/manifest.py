@@ -22,6 +22,11 @@ VERSION = 1
 # chosen then a rejected example each, packed together: packing.py).
 EXAMPLE_KINDS = ("chat", "completion", "preference")
 SFT_VERSION = 2  # a store with a loss mask (sft_store.py): older readers must refuse it
+# The shard streams of a store with a loss mask beside its token shards (sft_store.py), by manifest
+# field and width in bytes. ``origin_shards`` (where each example came from) came later: a store
+# without it reads as before, and a reader that does not know it trains on the store all the same.
+SFT_SHARDS = {"mask_shards": 1, "example_shards": 4, "origin_shards": 4}
+OPTIONAL_SHARDS = ("origin_shards",)
 SPLITS = ("train", "val")
 DTYPES = ("uint16", "uint32")
 TOKENIZER_KINDS = ("byte", "bpe")
@@ -148,15 +153,18 @@ def _shard_problems(
 
 
 def _sft_problems(raw: dict[str, Any], seen: set[str]) -> list[str]:
-    """The loss-mask fields: the kind, and mask and example-length shards that cover the ids."""
+    """The loss-mask fields: the kind, and mask, example-length and (if any) origin shards that
+    cover the ids and the examples."""
     problems = []
     if raw.get("kind") not in EXAMPLE_KINDS or raw.get("loss_mask") is not True:
         problems.append(
             f"kind = {raw.get('kind')!r} and loss_mask = {raw.get('loss_mask')!r}, but a store of "
             "version 2 is a chat, completion or preference store with a loss mask"
         )
-    for field, width in (("mask_shards", 1), ("example_shards", 4)):
+    for field, width in SFT_SHARDS.items():
         streams = raw.get(field)
+        if streams is None and field in OPTIONAL_SHARDS:  # a store of an older gpt-models
+            continue
         if not isinstance(streams, dict) or any(
             not isinstance(streams.get(s), list) for s in SPLITS
         ):
@@ -177,4 +185,29 @@ def _sft_problems(raw: dict[str, Any], seen: set[str]) -> list[str]:
                 problems.append(
                     f"mask_shards.{split} hold {got} ids per shard, but its token shards {want}"
                 )
+    return problems + _origin_problems(raw)
+
+
+def _records(streams: dict[str, Any], split: str) -> list[dict[str, Any]]:
+    """The shard records of a split that are objects (the others are told apart above)."""
+    got = streams.get(split)
+    return [r for r in got if isinstance(r, dict)] if isinstance(got, list) else []
+
+
+def _origin_problems(raw: dict[str, Any]) -> list[str]:
+    """The origins stream, where there is one: two values (input, line) for every example."""
+    origins, lengths = raw.get("origin_shards"), raw.get("example_shards")
+    if not isinstance(origins, dict) or not isinstance(lengths, dict):
+        return []
+    problems = []
+    for split in SPLITS:
+        got, examples = (
+            sum(r["tokens"] for r in _records(streams, split) if _count(r.get("tokens")))
+            for streams in (origins, lengths)
+        )
+        if got != 2 * examples:
+            problems.append(
+                f"origin_shards.{split} hold {got:,} values, but its {examples:,} examples need "
+                f"two each ({2 * examples:,})"
+            )
     return problems

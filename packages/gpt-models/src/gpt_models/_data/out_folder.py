@@ -4,8 +4,8 @@
 ``.DS_Store`` aside), or that holds its own unfinished output, told by the progress file it writes
 before anything else (``.prepare-state.json``); a finished store (``manifest.json``) is only read.
 There it writes and removes only the names it owns: the progress file, the manifest, the
-tokenizer file and the shards (token ids; for chat and completion data also loss masks and
-example lengths; each also as ``NAME.tmp`` while it is written). A folder holding
+tokenizer file and the shards (token ids; for chat and completion data also loss masks,
+example lengths and origins; each also as ``NAME.tmp`` while it is written). A folder holding
 anything else (a user's own ``train-00000.bin``, another tokenizer's ``tokenizer.json``) is refused
 before a byte is written, with the names found.
 """
@@ -24,7 +24,7 @@ STATE = ".prepare-state.json"
 TOKENIZER_JSON = "tokenizer.json"
 _OWNED = re.compile(
     rf"({re.escape(STATE)}|{re.escape(MANIFEST)}|{re.escape(TOKENIZER_JSON)}|"
-    r"(train|val)(-mask|-examples)?-\d{5}\.bin)(\.tmp)?"
+    r"(train|val)(-mask|-examples|-origins)?-\d{5}\.bin)(\.tmp)?"
 )
 
 

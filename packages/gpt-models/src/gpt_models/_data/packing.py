@@ -10,17 +10,19 @@ each process keeping its own share: a resumed run reads exactly the batches of a
 A row is three arrays of ``seq_len + 1``: ``tokens`` (0 after the last example), ``mask`` (the
 loss mask, 0 at each example's first id and at padding) and ``segments`` (1, 2, ... per example,
 0 at padding). An example longer than a row is never cut: it is left out and counted
-(:attr:`PackedExamples.note`).
+(:attr:`PackedExamples.note`, which names the first and the longest by ``file:line`` where the
+store records its examples' origins: ``sft_store.Origins``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .._errors import DataError
-from .sft_store import EXAMPLES, MASK
+from .sft_store import EXAMPLES, MASK, Origins, split_origins
 from .store import ShardedTokens, Store
 
 _PACK_STREAM = 2  # the third entropy word of the packing order ([seed, s]: windows; 1: mixtures)
@@ -44,27 +46,32 @@ class PackedExamples:
         *,
         split: str,
         source: str,
-        shuffle: bool,
         group: int = 1,
+        origins: Origins | None = None,
     ) -> None:
-        self.tokens, self.mask, self.seq_len, self.shuffle = tokens, mask, seq_len, shuffle
-        self.group = group
+        self.tokens, self.mask, self.seq_len, self.group = tokens, mask, seq_len, group
+        self.shuffle = split == "train"  # the validation split packs in store order
         self.lengths = np.asarray(lengths, np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)])[:-1]
         self.units = self.lengths.reshape(-1, group)  # (units, group): each example's length
-        self.fits = np.flatnonzero(self.units.max(axis=1, initial=0) <= seq_len + 1)
+        longest = self.units.max(axis=1, initial=0)  # each unit's longest example
+        self.fits = np.flatnonzero(longest <= seq_len + 1)
         self.ref: np.ndarray | None = None  # (units, group) reference log-probs, when computed
         self._rows: dict[int | None, tuple[np.ndarray, np.ndarray]] = {}
         what = "examples" if group == 1 else "preference pairs"
         longer = "is longer" if group == 1 else "has an answer longer"
         n, skipped = len(self.units), len(self.units) - len(self.fits)
+
+        def where(unit: int) -> str:  # "" for a store made before gpt prepare recorded origins
+            return "" if origins is None else origins.of(unit * group)
+
         if n and not len(self.fits):
+            at = where(int(longest.argmin()))
             raise DataError(
                 f"Every one of the {n:,} {what} of the {split} split of {source} {longer} than "
                 f"a row of model.seq_len + 1 = {seq_len + 1} tokens (the shortest has "
-                f"{int(self.units.max(axis=1).min()):,}), and examples are never cut. Set "
-                f"--set model.seq_len={_fitting(self.units.max(axis=1))} (or more), or prepare "
-                "shorter examples."
+                f"{int(longest.min()):,}{at and f', at {at}'}), and examples are never cut. Set "
+                f"--set model.seq_len={_fitting(longest)} (or more), or prepare shorter examples."
             )
         self.note = (
             ""
@@ -72,8 +79,8 @@ class PackedExamples:
             else (
                 f"note: {skipped:,} of the {n:,} {what} of the {split} split of {source} "
                 f"{'are' if group == 1 else 'have prompt plus answer'} longer than "
-                f"model.seq_len + 1 = {seq_len + 1} tokens and are left out (the longest has "
-                f"{int(self.lengths.max()):,}; examples are never cut)."
+                f"model.seq_len + 1 = {seq_len + 1} tokens and are left out "
+                + _left_out(longest, seq_len + 1, where)
             )
         )
 
@@ -154,8 +161,8 @@ def packed_split(store: Store, split: str, seq_len: int) -> PackedExamples:
         seq_len,
         split=split,
         source=str(folder),
-        shuffle=split == "train",
         group=2 if m.get("kind") == "preference" else 1,
+        origins=split_origins(store, split),
     )
 
 
@@ -171,6 +178,27 @@ def _next_fit(lengths: np.ndarray, width: int) -> np.ndarray:
     if len(lengths):
         ptr.append(len(lengths))
     return np.array(ptr, np.int64)
+
+
+def _left_out(longest: np.ndarray, width: int, where: Callable[[int], str]) -> str:
+    """The end of the note on the units longer than a row (``longest``: each unit's longest
+    example): where the first and the longest came from (``where(unit)``; "" where the store does
+    not record it) and how to keep them."""
+    big, too_long = int(longest.argmax()), longest > width
+    most, first = int(longest[big]), where(int(np.argmax(too_long)))
+    if not first:
+        return f"(the longest has {most:,}; examples are never cut)."
+    several = int(too_long.sum()) > 1
+    at = (
+        f"the first is {first}; the longest has {most:,} tokens, at {where(big)}"
+        if several
+        else f"it is {first}, with {most:,} tokens"
+    )
+    them = "them" if several else "it"
+    return (
+        f"({at}; examples are never cut). To keep {them}, set --set model.seq_len={most - 1} "
+        f"(or more), or shorten {them}."
+    )
 
 
 def _fitting(lengths: np.ndarray) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import itertools
-import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -34,8 +33,9 @@ from .encoder import Encoder, make_encoder
 from .examples import ignored_keys_note
 from .manifest import MANIFEST, SPLITS, id_dtype
 from .out_folder import STATE, claim, discard
+from .prepare_checks import check_split, load_state, same_settings, sha_of_file
 from .sft_encode import ExampleEncoder
-from .sft_store import EXAMPLES, MASK, sft_writers, stream
+from .sft_store import EXAMPLES, MASK, ORIGINS, origins_of, sft_writers, stream
 from .sources import (
     Document,
     Expect,
@@ -55,7 +55,7 @@ from .store import (
     write_json_atomic,
 )
 from .store_manifest import new_stats, store_manifest
-from .val_split import empty_val_fix, remember, split_key, split_of
+from .val_split import remember, split_key, split_of
 
 _CHUNK_BYTES = 2 << 20  # ~2 MB of text: the encodings of a chunk stay ~100 MB
 _BPE_SAMPLE_BYTES = 64 << 20
@@ -155,7 +155,7 @@ def prepare(
         "sources": [
             {"name": s.name, "bytes": s.size, "sha256": file_sha256(s.path)} for s in sources
         ],
-        "tokenizer_arg": tokenizer if tokenizer in ("byte", "bpe") else _sha_of_file(tokenizer),
+        "tokenizer_arg": tokenizer if tokenizer in ("byte", "bpe") else sha_of_file(tokenizer),
         "bpe_vocab_size": bpe_vocab_size if tokenizer == "bpe" else None,
         "val_fraction": val_fraction,
         "text_field": text_field,
@@ -167,7 +167,7 @@ def prepare(
     skipped = tuple(found.skipped)
     if (out / MANIFEST).is_file():
         manifest = read_manifest(out)
-        _same_settings(out, manifest.get("settings"), settings, MANIFEST)
+        same_settings(out, manifest.get("settings"), settings, MANIFEST)
         check_shards(out, shard_records(manifest), full_hash=True)
         if manifest.get("kind") == "chat" and FIELD not in manifest:
             manifest = add_chat_format(out, manifest, template)
@@ -177,7 +177,7 @@ def prepare(
     state = (
         {"settings": settings, "source": 0, "pos": 0, "stats": [], "writers": {}}
         if fresh
-        else _load_state(out, settings)
+        else load_state(out, settings)
     )
     try:
         if fresh:
@@ -193,47 +193,6 @@ def prepare(
             ) from err
         raise
     return PrepareResult(out, manifest, up_to_date=False, skipped=skipped, val_fix=fix)
-
-
-def _sha_of_file(path: str) -> str:
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(
-            f"--tokenizer {path!r} is neither 'byte', 'bpe' nor an existing tokenizer.json file. "
-            "Give byte, bpe (trained on the corpus) or the path of a tokenizers JSON file."
-        )
-    return file_sha256(p)
-
-
-def _same_settings(out: Path, old: Any, new: dict[str, Any], what: str) -> None:
-    if old == new:
-        return
-    diffs = sorted(k for k in new if not isinstance(old, dict) or old.get(k) != new[k])
-    raise DataError(
-        f"{out} already holds {what} from other inputs or settings (differing: "
-        f"{', '.join(diffs) or 'all'}; e.g. another tokenizer or changed files). Prepare into a "
-        "new --out folder, or delete this one to start over."
-    )
-
-
-def _load_state(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
-    path = out / STATE
-    try:
-        state: Any = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise DataError(
-            f"{path} (the progress of an unfinished gpt prepare) is not valid JSON ({err}). "
-            "Delete the folder and start over."
-        ) from err
-    _same_settings(
-        out,
-        state.get("settings") if isinstance(state, dict) else None,
-        settings,
-        "an unfinished prepare",
-    )
-    for writer in state["writers"].values():  # every stream's (token ids, masks, lengths)
-        check_shards(out, writer.get("finished", []), full_hash=True)
-    return dict(state)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,7 +241,7 @@ def _run(
         manifest = store_manifest(
             state["settings"], sources, state["stats"], shards, enc, dtype, chat
         )
-        fix = _check_split(manifest, state, sources)
+        fix = check_split(manifest, state, sources)
     except DataError:
         for w in writers.values():
             w.abandon()
@@ -358,6 +317,8 @@ def _write(job: _Job, state: dict[str, Any], enc: Encoder, writers: dict[str, Sh
             if mask is not None:
                 parts[stream(split, MASK)].append(mask)
                 parts[stream(split, EXAMPLES)].append(lengths)
+                if stream(split, ORIGINS) in parts:  # (not when resuming an older prepare)
+                    parts[stream(split, ORIGINS)].append(origins_of(i, doc.pos + 1, len(lengths)))
                 stats[i]["val_masked" if split == "val" else "masked"] += int(mask.sum())
         for name, writer in writers.items():
             if parts[name]:
@@ -410,36 +371,3 @@ def _one(ids: np.ndarray) -> np.ndarray:
 def _same_answers(ids: np.ndarray, lengths: np.ndarray) -> bool:
     """Whether a pair's chosen example (the first ``lengths[0]`` ids) equals its rejected one."""
     return bool(lengths[0] == lengths[1] and np.array_equal(ids[: lengths[0]], ids[lengths[0] :]))
-
-
-def _check_split(manifest: dict[str, Any], state: dict[str, Any], sources: list[SourceFile]) -> str:
-    """Refuse a store with nothing to train on, or an empty validation split that was asked for.
-
-    Returns:
-        For ``val_fraction`` 0 (no split asked for): what would give one, for a warning.
-    """
-    docs, given = manifest["documents"], manifest["split"]["val_fraction"]
-    if manifest["tokens"]["train"] == 0 and docs["val"] == 0:
-        raise DataError(
-            f"The corpus {', '.join(s.name for s in sources)} holds no text (no documents, or "
-            "only empty ones), so there is nothing to train on. Check the inputs and --text-field."
-        )
-    if docs["val"] and docs["train"]:
-        return ""
-    only = sources[0] if len(sources) == 1 and sources[0].kind == "text" else None
-    fix = empty_val_fix(
-        state["smallest_keys"],
-        docs["train"] + docs["val"],
-        given,
-        None if only is None else str(only.path),
-    )
-    if docs["val"] == 0 and given == 0:
-        return fix
-    empty, full = ("validation", "train") if docs["val"] == 0 else ("train", "validation")
-    n = docs["train"] + docs["val"]
-    raise DataError(
-        f"gpt prepare --val-fraction {given} leaves the {empty} split empty: "
-        f"{'the one document' if n == 1 else f'all {n:,} documents'} went to the {full} split "
-        "(a document's split is a hash of its file and position), and gpt train needs both. "
-        f"Fix: {fix}. Nothing was written."
-    )

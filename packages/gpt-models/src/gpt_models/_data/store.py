@@ -31,6 +31,7 @@ from .._errors import DataError
 from .manifest import (
     FORMAT,
     MANIFEST,
+    SFT_SHARDS,
     SFT_VERSION,
     SPLITS,
     VERSION,
@@ -329,10 +330,10 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 
 
 def shard_records(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every shard a manifest lists: token ids, and a store with a loss mask's masks and
-    example lengths (``sft_store.py``)."""
+    """Every shard a manifest lists: token ids, and a store with a loss mask's masks, example
+    lengths and (stores made since they were added) origins (``sft_store.py``)."""
     records = [r for split in SPLITS for r in manifest["shards"][split]]
-    for field in ("mask_shards", "example_shards"):
+    for field in SFT_SHARDS:
         records += [r for split in SPLITS for r in manifest.get(field, {}).get(split, [])]
     return records
 
