@@ -302,6 +302,19 @@ def test_a_prepare_an_older_gpt_models_began_resumes_without_origins(tmp_path, k
     ).loss_mask
 
 
+def test_origins_that_do_not_cover_the_examples_are_refused_before_training(tmp_path):
+    store = tmp_path / "st"
+    prepare([_chat_jsonl(tmp_path / "c.jsonl")], store, val_fraction=0.2)
+    manifest = json.loads((store / "manifest.json").read_text())
+    examples = manifest["examples"]["train"]
+    manifest["origin_shards"]["train"][0]["tokens"] -= 2  # one example's (input, line) gone
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    needle = (f"origin_shards.train hold {2 * examples - 2:,} values, but its {examples:,} "
+              f"examples need two each ({2 * examples:,})")  # fmt: skip
+    with pytest.raises(DataError, match=re.escape(needle)):
+        load_dataset(DataConfig(path=str(store)), seq_len=255, vocab_size=256)
+
+
 def _conversation(*roles_contents: tuple[str, object]) -> dict[str, object]:
     return {"messages": [{"role": r, "content": c} for r, c in roles_contents]}
 
