@@ -187,10 +187,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # --- a test whose pytest-xdist worker crashed runs once more, in a new worker ----------------------
 # XLA:CPU segfaulted twice in CI on JAX 0.12 while compiling a small program in a long-lived
 # worker (never reproduced; docs/decisions.md, "CI time, 2026-12-02"). xdist reports the crashed
-# worker's test as failed, starts a new worker and, under `--dist loadfile`, gives it the crashed
-# test's file again (under `--dist load` it is asked to, below). The first crash of a test is
-# reported as a rerun instead, so the test passes or fails on its run in the new worker; a second
-# crash of the same test stands as a failure. The summary names every test this happened to.
+# worker's test as failed and starts a new worker; the first crash of a test is reported as a rerun
+# instead and the test is handed out again (`--dist worksteal` and `load`; `loadfile` hands out the
+# crashed test's file again itself), so it passes or fails on that run. A second crash of the same
+# test stands as a failure. The summary names every test this happened to.
 _CRASHED: list[str] = []
 
 
@@ -199,7 +199,7 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
     if crashitem in _CRASHED:
         return
     _CRASHED.append(crashitem)
-    with contextlib.suppress(NotImplementedError):  # loadfile re-queues the whole file itself
+    with contextlib.suppress(NotImplementedError):  # loadfile re-queues the file itself
         sched.mark_test_pending(crashitem)
     report.outcome = "rerun"  # type: ignore[assignment]
 

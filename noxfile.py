@@ -435,12 +435,10 @@ def docs(session: nox.Session) -> None:
     session.run("python", str(ROOT / "docs" / "_ext" / "gpt_reference.py"), "--check", env=h.ENV)
     session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"))
     session.run("python", str(ROOT / ".ci" / "check_api_docs.py"), str(ROOT / "site"))
-    # Doctests are independent items: spread them over the CPUs one by one (`--dist load`).
-    spread = [*h.workers()[:2], "--dist", "load"] if h.workers() else []
     sources = (f"packages/{p}/src" for p in PACKAGES)
-    h.pytest(session, "python", *spread, "--doctest-modules", *sources)
+    h.pytest(session, "python", *h.workers(), "--doctest-modules", *sources)
     readmes = sorted(glob.glob("packages/*/README.md", root_dir=ROOT))  # their PyPI pages
-    h.pytest(session, "python", *spread, "--doctest-glob=*.md", "docs", "README.md", *readmes)
+    h.pytest(session, "python", *h.workers(), "--doctest-glob=*.md", "docs", "README.md", *readmes)
 
 
 @nox.session(python="3.11", reuse_venv=False)

@@ -164,16 +164,21 @@ def locked_version(name: str, python: str = "3.11") -> str:
 
 
 def workers() -> list[str]:
-    """pytest-xdist's arguments for one worker per CPU (at most 4), whole files to a worker
-    (``loadfile``: a module's fixtures are made once), or ``[]`` on one CPU.
+    """pytest-xdist's arguments for one worker per CPU (at most 4), or ``[]`` on one CPU.
+
+    ``worksteal``: each worker starts on a contiguous share of the collection (so a module's
+    fixtures are mostly made once) and takes from the others' ends when it runs out. Not
+    ``loadfile``: when a worker crashed in the last file to hand out, xdist 3.8's loadfile
+    scheduler waited forever (reproduced with a test that kills its own worker); a segfault in
+    XLA:CPU did that to a CI run, which then ran out of time.
 
     Example:
         >>> args = workers()
-        >>> args == [] or (args[0], args[2:]) == ("-n", ["--dist", "loadfile"])
+        >>> args == [] or (args[0], args[2:]) == ("-n", ["--dist", "worksteal"])
         True
     """
     n = min(4, os.cpu_count() or 1)
-    return [] if n < 2 else ["-n", str(n), "--dist", "loadfile"]
+    return [] if n < 2 else ["-n", str(n), "--dist", "worksteal"]
 
 
 def pytest(session: nox.Session, python: str, *args: str) -> None:

@@ -32,7 +32,7 @@ def test_crashes_every_time():
 """
 
 
-@pytest.mark.parametrize("dist", ["loadfile", "load"])
+@pytest.mark.parametrize("dist", ["worksteal", "load"])
 @pytest.mark.parametrize(("source", "rc", "counts"), [(ONCE, 0, "1 passed, 1 rerun"),
                                                        (ALWAYS, 1, "failed, 1 rerun")])  # fmt: skip
 def test_a_crashed_test_runs_again_and_only_a_second_crash_fails(
