@@ -292,6 +292,7 @@ def gpt_sigterm_after_loss_plot() -> str:
 # A process group with no CPU time and no output for this long is hung (a loaded machine slows a
 # process down, it does not stop it: under a load of 9 on 2 cores each still gets CPU every second).
 IDLE_S = 120.0
+PEER_GRACE_S = 15.0  # how long the peers of a failed jax.distributed process get to exit themselves
 _SCAN_S = 1.0  # how often /proc is read for the CPU time
 
 
@@ -326,6 +327,7 @@ class Patience:
     """Waits on subprocesses for as long as they make progress (see the module docstring)."""
 
     idle_s: float = IDLE_S
+    peer_grace_s: float = PEER_GRACE_S
 
     def run(self, args: Sequence[str], *, check: bool = False, input: str | None = None,
             **kwargs: Any) -> subprocess.CompletedProcess:  # fmt: skip
@@ -343,13 +345,19 @@ class Patience:
                     peers: bool = False) -> list[tuple[Any, Any]]:  # fmt: skip
         """Every process's ``(stdout, stderr)`` once all have exited; a hang kills them all and
         fails the test with the tail of what each wrote. ``peers``: processes that wait for each
-        other (``jax.distributed``): one that fails fails them all at once (the others would
-        wait for it until their own start-up timeout)."""
+        other (``jax.distributed``): once one has failed, the others get ``peer_grace_s`` to
+        exit on their own and are then killed (they would wait for it until their own start-up
+        timeout). Without the grace, of two peers that both refuse in the same millisecond the
+        second was killed while it exited."""
         outputs = [_Drain(p, input) for p in procs]
+        failed_at: list[float] = []
 
         def done() -> bool:
-            failed = peers and any(p.poll() not in (None, 0) for p in procs)
-            return failed or all(p.poll() is not None for p in procs)
+            if all(p.poll() is not None for p in procs):
+                return True
+            if peers and not failed_at and any(p.poll() not in (None, 0) for p in procs):
+                failed_at.append(time.monotonic())
+            return bool(failed_at) and time.monotonic() - failed_at[0] > self.peer_grace_s
 
         self.wait_for(done, procs, "their exit", outputs=outputs)
         for p in procs:

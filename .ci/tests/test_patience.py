@@ -50,3 +50,29 @@ def test_run_gives_what_subprocess_run_gives(patience):
     with pytest.raises(subprocess.CalledProcessError):
         patience.run([sys.executable, "-c", code], check=True)
     assert patience.run([sys.executable, "-c", "print(1)"]).stdout == b"1\n"
+
+
+def _python(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def test_peers_that_both_fail_keep_their_own_exit_codes(patience):
+    # Two jax.distributed processes that refuse the same mesh exit 2 within milliseconds of each
+    # other: the second is not killed for the first's failure.
+    refuse = (
+        "import sys, time; time.sleep({}); print('gpt: error: no', file=sys.stderr); sys.exit(2)"
+    )
+    procs = [_python(refuse.format(0.2)), _python(refuse.format(0.5))]
+    outputs = type(patience)(peer_grace_s=5.0).communicate(procs, peers=True)
+    assert [p.returncode for p in procs] == [2, 2]
+    assert [err for _, err in outputs] == ["gpt: error: no\n"] * 2
+
+
+def test_a_peer_left_waiting_for_a_failed_one_is_killed_after_the_grace(patience):
+    waits = _python("import time; time.sleep(600)")
+    fails = _python("import sys; sys.exit(3)")
+    start = time.monotonic()
+    type(patience)(peer_grace_s=1.0).communicate([waits, fails], peers=True)
+    assert (waits.returncode, fails.returncode) == (-9, 3)
+    assert 1.0 < time.monotonic() - start < 60
