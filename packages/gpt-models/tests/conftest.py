@@ -113,6 +113,21 @@ def small_args() -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="session")
+def tiny_llama_folder(tmp_path_factory) -> Path:
+    """A tiny Llama-shaped Hugging Face folder with random weights (no training), for runs that
+    must start from a model (``--init-from``): preference tuning's tests. Window 32, byte ids."""
+    import jax
+
+    from gpt_models import export_hf, init_params
+
+    shape = {"seq_len": 32, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1,
+             "d_ff": 64, "vocab_size": 256}  # fmt: skip
+    model = dataclasses.replace(PRESETS["llama-tiny"].model, **shape)
+    folder = tmp_path_factory.mktemp("tiny-llama") / "hf"
+    return export_hf(model, init_params(model, jax.random.key(3)), folder)
+
+
+@pytest.fixture(scope="session")
 def sharded_mesh() -> tuple[dict[str, int], list]:
     """`mesh` config sizes over up to 8 devices (tensor, then fsdp, then data get 2) and those devices.
 

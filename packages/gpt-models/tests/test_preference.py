@@ -20,14 +20,11 @@ import pytest
 
 import lox
 from gpt_models import (
-    PRESETS,
     ConfigError,
     DataError,
     UsageError,
-    export_hf,
     forward,
     import_hf,
-    init_params,
     load_run,
     main,
     prepare,
@@ -135,17 +132,13 @@ def test_the_preference_section_refuses_bad_values(make_config):
 
 
 @pytest.fixture(scope="module")
-def base_and_store(tmp_path_factory):
-    """A tiny Llama-shaped Hugging Face folder to start from (random weights: no training) and a
-    store of pairs."""
+def base_and_store(tmp_path_factory, tiny_llama_folder):
+    """The tiny Llama folder to start from and a store of pairs."""
     tmp = tmp_path_factory.mktemp("pref")
     store = tmp / "store"
     # One pair longer than a row of seq_len + 1 = 33 ids: left out and counted, never cut.
     prepare([_jsonl(tmp / "p.jsonl", [*PAIRS, LONG])], store, val_fraction=0.2)
-    shape = {"seq_len": 32, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1,
-             "d_ff": 64, "vocab_size": 256}  # fmt: skip
-    model = dataclasses.replace(PRESETS["llama-tiny"].model, **shape)
-    return export_hf(model, init_params(model, jax.random.key(3)), tmp / "hf"), store
+    return tiny_llama_folder, store
 
 
 def _dpo_flags(store, *more):

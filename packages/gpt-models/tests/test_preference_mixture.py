@@ -6,7 +6,6 @@ preference run are refused in one line.
 """
 
 import csv
-import dataclasses
 import json
 import math
 import shutil
@@ -17,12 +16,9 @@ import pytest
 
 import lox
 from gpt_models import (
-    PRESETS,
     DataConfig,
     DataError,
     DataSource,
-    export_hf,
-    init_params,
     load_dataset,
     load_run,
     main,
@@ -58,18 +54,15 @@ def _jsonl(path, records):
 
 
 @pytest.fixture(scope="module")
-def base_and_stores(tmp_path_factory):
-    """A tiny Llama-shaped Hugging Face folder to start from (random weights) and two preference
-    stores of the byte tokenizer: sums (every prompt has a +) and products (every one a *)."""
+def base_and_stores(tmp_path_factory, tiny_llama_folder):
+    """The tiny Llama folder to start from (window SEQ) and two preference stores of the byte
+    tokenizer: sums (every prompt has a +) and products (every one a *)."""
     tmp = tmp_path_factory.mktemp("prefmix")
     stores = []
     for name, pairs in (("sums", SUMS), ("products", PRODUCTS)):
         prepare([_jsonl(tmp / f"{name}.jsonl", pairs)], tmp / name, val_fraction=0.2)
         stores.append(tmp / name)
-    shape = {"seq_len": SEQ, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1,
-             "d_ff": 64, "vocab_size": 256}  # fmt: skip
-    model = dataclasses.replace(PRESETS["llama-tiny"].model, **shape)
-    return export_hf(model, init_params(model, jax.random.key(3)), tmp / "hf"), stores
+    return tiny_llama_folder, stores
 
 
 def _sources(*pairs):
